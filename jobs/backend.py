@@ -1,0 +1,48 @@
+"""The port every training backend implements: SageMaker, the local runner, test doubles.
+
+Backends translate; they decide nothing. Recovery decisions live in `jobs.recovery`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
+
+from jobs.records import JobSummary, MetricSeries, RemoteJob
+
+if TYPE_CHECKING:
+    from jobs.plan import LaunchPlan
+
+
+class TrainingBackend(Protocol):
+    #: "sagemaker" or "local"; stored on each lineage.
+    name: str
+
+    def launch(self, job_name: str, plan: LaunchPlan) -> None:
+        """Create the job. A job that already exists under this name counts as launched
+        (returns normally), so a relaunch retried after a crash never makes two.
+        Raises BackendError (or a subclass) with a sentence a person can act on."""
+        ...
+
+    def describe(self, job_name: str) -> RemoteJob:
+        """Raises NotFound for an unknown job."""
+        ...
+
+    def list_changed(self, since: datetime | None) -> list[JobSummary]:
+        """Jobs created or modified after `since` (all recent ones when None), every page."""
+        ...
+
+    def stop(self, job_name: str) -> None: ...
+
+    def log_tail(self, job_name: str, lines: int = 40) -> list[str]: ...
+
+    def metric_series(self, job_name: str) -> MetricSeries: ...
+
+    def console_links(self, job_name: str) -> dict[str, str]:
+        """Human links for the job, its logs and its model (URLs, or local paths)."""
+        ...
+
+    def scaling_note(self, plan: LaunchPlan) -> str | None:
+        """How this backend departs from the plan, said on the plan card
+        (the local backend: "local: tiny model, 200 examples"); None when it runs the plan as is."""
+        ...

@@ -1,0 +1,73 @@
+"""Settings, read once at start from the environment and passed down (no module singletons)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+IdList = Annotated[tuple[str, ...], NoDecode]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="", extra="ignore", frozen=True)
+
+    # Slack
+    slack_bot_token: SecretStr | None = None
+    slack_app_token: SecretStr | None = None
+    slack_signing_secret: SecretStr | None = None
+    slack_api_url: str = "https://slack.com/api/"
+
+    # AWS (credentials come from boto3's standard chain, never from here)
+    trainbot_role_arn: str = ""
+    trainbot_bucket: str = ""
+    aws_region: str = Field(default="", validation_alias="AWS_DEFAULT_REGION")
+
+    # The bot
+    trainbot_backend: Literal["sagemaker", "local"] | None = None
+    trainbot_home: Path = Path(".trainbot")
+    trainbot_database_url: str = ""
+    trainbot_poll_seconds: float = Field(default=30, gt=0)
+    trainbot_allowed_users: IdList = ()
+    trainbot_allowed_channels: IdList = ()
+    trainbot_admins: IdList = ()
+    trainbot_max_instances: int = Field(default=16, ge=1)
+    trainbot_max_job_usd: float | None = Field(default=None, gt=0)
+    trainbot_daily_budget_usd: float | None = Field(default=None, gt=0)
+    trainbot_relaunch_backoff_seconds: float = Field(default=30, ge=0)
+    trainbot_max_restarts: int = Field(default=5, ge=0)
+    trainbot_endpoint_idle_hours: float = Field(default=24, gt=0)
+
+    @field_validator("trainbot_allowed_users", "trainbot_allowed_channels", "trainbot_admins", mode="before")
+    @classmethod
+    def _split_ids(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.replace(";", ",").split(",") if part.strip())
+        return value
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _trailing_slash(cls, value: str) -> str:
+        # slack_sdk's WebClient joins method names onto base_url without adding a slash.
+        return value if value.endswith("/") else value + "/"
+
+    @property
+    def has_slack(self) -> bool:
+        return self.slack_bot_token is not None and (
+            self.slack_app_token is not None or self.slack_signing_secret is not None
+        )
+
+    @property
+    def backend(self) -> Literal["sagemaker", "local"]:
+        """The configured backend; SageMaker only when a role is set, local otherwise."""
+        if self.trainbot_backend:
+            return self.trainbot_backend
+        return "sagemaker" if self.trainbot_role_arn else "local"
+
+    @property
+    def database_url(self) -> str:
+        if self.trainbot_database_url:
+            return self.trainbot_database_url
+        return f"sqlite:///{(self.trainbot_home / 'trainbot.db').resolve()}"
