@@ -1,0 +1,182 @@
+"""Builds the object graph once from the settings: store, backend, services, watcher, scheduler.
+
+Everything below is constructed here and passed down; nothing else reads the environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from jobs.backend import TrainingBackend
+from jobs.clock import Clock, SystemClock
+from jobs.errors import ConfigError
+from jobs.service import JobService
+from jobs.settings import Settings
+from jobs.store import Store
+from jobs.watcher import Watcher
+
+if TYPE_CHECKING:
+    from handlers.chat import Chat
+    from handlers.context import Services
+
+log = logging.getLogger(__name__)
+
+#: Launches, deploys and uploads run here, never on Bolt's listener threads (the 3 s ack path).
+BACKGROUND_WORKERS = 4
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    clock: Clock
+    store: Store
+    backend: TrainingBackend
+    jobs: JobService
+    watcher: Watcher
+    schedules: Any = None
+    endpoints: Any = None
+    executor: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="trainbot-work")
+    )
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _scheduler: Any = None
+
+    def services(self) -> Services:
+        from handlers.context import Services
+
+        return Services(
+            jobs=self.jobs,
+            store=self.store,
+            settings=self.settings,
+            clock=self.clock,
+            schedules=self.schedules,
+            endpoints=self.endpoints,
+            run_later=self.run_later,
+        )
+
+    def run_later(self, work: Callable[[], None]) -> None:
+        def guarded() -> None:
+            try:
+                work()
+            except Exception:  # a background failure is logged; the handler already replied
+                log.exception("background work failed")
+
+        self.executor.submit(guarded)
+
+    def require_endpoints(self) -> Any:
+        if self.endpoints is None:
+            raise ConfigError("endpoints are not available on this backend.")
+        return self.endpoints
+
+    def require_schedules(self) -> Any:
+        if self.schedules is None:
+            raise ConfigError("schedules are not available in this installation.")
+        return self.schedules
+
+    def start_background(self, chat: Chat) -> None:
+        """The watcher loop, outbox delivery to `chat`, and the scheduler, in this process."""
+        from handlers.notify import deliver_due
+
+        services = self.services()
+        self._spawn("watcher", lambda: self.watcher.run_forever(self.stop_event))
+        self._spawn("outbox", lambda: self._deliver_loop(lambda: deliver_due(services, chat)))
+        self._start_scheduler()
+
+    def run_watcher_until_signalled(self) -> None:
+        self._install_signal_handlers()
+        self.watcher.run_forever(self.stop_event)
+
+    def shutdown(self) -> None:
+        self.stop_event.set()
+        if self._scheduler is not None:
+            self._scheduler.shutdown()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        self.executor.shutdown(wait=True, cancel_futures=False)
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=f"trainbot-{name}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _deliver_loop(self, deliver: Callable[[], object]) -> None:
+        while not self.stop_event.is_set():
+            try:
+                deliver()
+            except Exception:
+                log.exception("outbox delivery failed; will retry")
+            self.stop_event.wait(1.0)
+
+    def _start_scheduler(self) -> None:
+        if self.schedules is None:
+            return
+        from bot.scheduler import SchedulerRunner
+
+        self._scheduler = SchedulerRunner(self.settings, self.schedules, self.clock)
+        self._scheduler.start()
+
+    def _install_signal_handlers(self) -> None:
+        def stop(signum: int, frame: object) -> None:
+            self.stop_event.set()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+
+
+def build_runtime(
+    settings: Settings,
+    *,
+    clock: Clock | None = None,
+    backend: TrainingBackend | None = None,
+    with_backend: bool = True,
+    force_local: bool = False,
+) -> Runtime:
+    clock = clock or SystemClock()
+    store = Store(settings.database_url, clock=clock)
+    store.migrate()
+    backend = backend or _build_backend(settings, clock, force_local=force_local)
+    jobs = JobService(store=store, backend=backend, settings=settings, clock=clock)
+    watcher = Watcher(store=store, backend=backend, service=jobs, clock=clock, settings=settings)
+    runtime = Runtime(settings=settings, clock=clock, store=store, backend=backend, jobs=jobs, watcher=watcher)
+    runtime.schedules = _build_schedules(runtime)
+    runtime.endpoints = _build_endpoints(runtime)
+    return runtime
+
+
+def _build_backend(settings: Settings, clock: Clock, *, force_local: bool) -> TrainingBackend:
+    if force_local or settings.backend == "local":
+        from jobs.backends.local import LocalBackend
+
+        return LocalBackend(settings.trainbot_home, clock=clock)
+    from jobs.backends.sagemaker import SageMakerBackend
+
+    if not settings.trainbot_role_arn or not settings.trainbot_bucket:
+        raise ConfigError(
+            "the SageMaker backend needs TRAINBOT_ROLE_ARN and TRAINBOT_BUCKET; "
+            "set them, or TRAINBOT_BACKEND=local to train on this machine."
+        )
+    return SageMakerBackend.from_settings(settings, clock=clock)
+
+
+def _build_schedules(runtime: Runtime) -> Any:
+    try:
+        from bot.scheduler import build_schedule_service
+    except ImportError:
+        return None
+    return build_schedule_service(runtime)
+
+
+def _build_endpoints(runtime: Runtime) -> Any:
+    try:
+        from jobs.endpoints import EndpointService
+    except ImportError:
+        return None
+    return EndpointService(store=runtime.store, backend=runtime.backend, settings=runtime.settings,
+                           clock=runtime.clock)
