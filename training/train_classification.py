@@ -1,0 +1,143 @@
+"""Sentence and sentence-pair classification (GLUE MNLI, IMDB, ...) with the Hugging Face Trainer.
+
+    python train_classification.py --model_name_or_path roberta-large --dataset_name glue \
+        --dataset_config_name mnli --do_train True --do_eval True --output_dir /opt/ml/model
+
+Data: `SM_CHANNEL_TRAIN` / `SM_CHANNEL_TEST` folders of JSON lines, either pairs
+(`premise, hypothesis, label`; also `sentence1, sentence2` or `question, sentence`) or single texts
+(`text, label` or `sentence, label`), else `--dataset_name`. Reports accuracy, and F1 for two classes.
+Exit codes: 0 done, 143 interrupted (checkpoint saved), 2 bad input, 1 other.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import compat
+import numpy as np
+import trainkit
+
+_PAIR_COLUMNS = (("premise", "hypothesis"), ("sentence1", "sentence2"), ("question", "sentence"))
+_SINGLE_COLUMNS = ("text", "sentence", "review", "content")
+_EVAL_SPLITS = ("validation_matched", "validation", "test")
+
+
+def text_columns(record: dict) -> tuple[str, str | None]:
+    for first, second in _PAIR_COLUMNS:
+        if first in record and second in record:
+            return first, second
+    for name in _SINGLE_COLUMNS:
+        if name in record:
+            return name, None
+    raise trainkit.UsageError(
+        f"cannot tell the text columns of the data (have {sorted(record)}; expected premise/hypothesis or text)"
+    )
+
+
+def tokenize(tokenizer: Any, records: list[dict], max_len: int, pad: bool) -> dict[str, list]:
+    first, second = text_columns(records[0])
+    records = [r for r in records if int(r.get("label", -1)) >= 0]  # GLUE test splits carry -1
+    if not records:
+        raise trainkit.UsageError("no labelled records (every label is missing or -1)")
+    columns: dict[str, list] = {}
+    for lo in range(0, len(records), 1000):
+        batch = records[lo : lo + 1000]
+        enc = tokenizer(
+            [r[first] for r in batch],
+            [r[second] for r in batch] if second else None,
+            truncation=True,
+            max_length=max_len,
+            padding="max_length" if pad else False,
+        )
+        for key, values in enc.items():
+            columns.setdefault(key, []).extend(np.asarray(v, dtype=np.int32) for v in values)
+        columns.setdefault("labels", []).extend(int(r["label"]) for r in batch)
+    return columns
+
+
+def compute_metrics(eval_pred: Any) -> dict[str, float]:
+    logits, labels = eval_pred[:2] if isinstance(eval_pred, tuple) else (eval_pred.predictions, eval_pred.label_ids)
+    if isinstance(logits, tuple):
+        logits = logits[0]
+    preds = np.argmax(logits, axis=-1)
+    labels = np.asarray(labels)
+    metrics = {"accuracy": float((preds == labels).mean())}
+    if logits.shape[-1] == 2:
+        tp = float(((preds == 1) & (labels == 1)).sum())
+        fp = float(((preds == 1) & (labels == 0)).sum())
+        fn = float(((preds == 0) & (labels == 1)).sum())
+        metrics["f1"] = 2 * tp / (2 * tp + fp + fn) if tp else 0.0
+    return metrics
+
+
+def run(argv: list[str]) -> int:
+    script_args, training_args = trainkit.parse_args(argv, prog="train_classification.py")
+    if script_args.max_seq_length is None:
+        script_args.max_seq_length = 128
+    train_records, eval_records = trainkit.load_splits(
+        script_args, bool(training_args.do_train), bool(training_args.do_eval or training_args.do_predict),
+        eval_splits=_EVAL_SPLITS,
+    )
+    dirs = trainkit.prepare_dirs(script_args, training_args)
+    trainkit.log_environment(training_args)
+
+    import transformers
+
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(
+            script_args.tokenizer_name or script_args.model_name_or_path
+        )
+    except OSError as exc:
+        raise trainkit.UsageError(f"cannot load tokenizer {script_args.model_name_or_path}: {exc}") from None
+    max_len = min(script_args.max_seq_length, tokenizer.model_max_length)
+    train_ds = eval_ds = None
+    labels_seen: set[int] = set()
+    if train_records is not None:
+        cols = tokenize(tokenizer, train_records, max_len, script_args.pad_to_max_length)
+        labels_seen.update(cols["labels"])
+        train_ds = trainkit.FeatureDataset(cols)
+    if eval_records is not None:
+        cols = tokenize(tokenizer, eval_records, max_len, script_args.pad_to_max_length)
+        labels_seen.update(cols["labels"])
+        eval_ds = trainkit.FeatureDataset(cols)
+    num_labels = script_args.num_labels or max(max(labels_seen) + 1, 2)
+    if max(labels_seen) >= num_labels:
+        raise trainkit.UsageError(f"labels go up to {max(labels_seen)} but --num_labels is {num_labels}")
+
+    transformers.set_seed(training_args.seed)
+    try:
+        model = transformers.AutoModelForSequenceClassification.from_pretrained(
+            script_args.model_name_or_path, num_labels=num_labels
+        )
+    except OSError as exc:
+        raise trainkit.UsageError(f"cannot load model {script_args.model_name_or_path}: {exc}") from None
+
+    fp = training_args.fp16 or training_args.bf16
+    collator = trainkit.PadCollator(tokenizer.pad_token_id or 0, pad_to_multiple_of=8 if fp else None)
+    MetricPrinter, GracefulStop = trainkit.make_callbacks(transformers)
+    graceful = GracefulStop()
+    trainer = transformers.Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_ds,
+        eval_dataset=eval_ds,
+        data_collator=collator,
+        compute_metrics=compute_metrics,
+        callbacks=[MetricPrinter(), graceful],
+        **compat.trainer_tokenizer_kwargs(transformers.Trainer, tokenizer),
+    )
+    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
+    return trainkit.train_and_finish(
+        trainer,
+        graceful,
+        collator,
+        script_args,
+        training_args,
+        dirs,
+        evaluate=trainer.evaluate if eval_ds is not None else None,
+    )
+
+
+if __name__ == "__main__":
+    trainkit.main_guard(run, sys.argv[1:])
