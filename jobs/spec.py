@@ -1,0 +1,473 @@
+"""JobSpec: one validated training job, with every cross-field rule stated as a sentence a person can act on.
+
+Build one with :func:`spec_from_fields` (any raw dict: the grammar's, a preset's, stored JSON); it turns
+every failure into a :class:`SpecError`. ``JobSpec.model_dump(mode="json")`` is the contract JSON, and
+validating that JSON again gives the same spec (the defaults below are idempotent).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
+
+from jobs import versions
+from jobs.errors import SpecError
+from jobs.instances import InstanceType, instance_info, normalize_instance_name
+from jobs.presets import DEFAULT_MP_PARAMETERS, DEFAULT_PROCESSES_PER_HOST, PRESETS
+
+Task = Literal["question-answering", "text-classification"]
+Distribution = Literal["none", "data", "model", "ddp"]
+HpValue = str | int | float | bool
+
+TASKS: tuple[str, ...] = ("question-answering", "text-classification")
+DISTRIBUTIONS: tuple[str, ...] = ("none", "data", "model", "ddp")
+DEFAULT_MAX_INSTANCES = 16
+DEFAULT_MAX_RUN = 86400
+MAX_RUNTIME_SECONDS = 28 * 86400  # SageMaker's cap on MaxRuntimeInSeconds and MaxWaitTimeInSeconds
+DEFAULT_SPOT_SAVE_STEPS = 100
+MAX_RESTARTS_LIMIT = 20
+
+#: Typed hyperparameters: name -> (type, smallest allowed value or None).
+KNOWN_HYPERPARAMETERS: dict[str, tuple[type, float | None]] = {
+    "num_train_epochs": (float, 0.0),
+    "max_steps": (int, 1),
+    "per_device_train_batch_size": (int, 1),
+    "per_device_eval_batch_size": (int, 1),
+    "gradient_accumulation_steps": (int, 1),
+    "learning_rate": (float, 0.0),
+    "weight_decay": (float, 0.0),
+    "warmup_steps": (int, 0),
+    "warmup_ratio": (float, 0.0),
+    "max_seq_length": (int, 8),
+    "doc_stride": (int, 1),
+    "max_answer_length": (int, 1),
+    "save_steps": (int, 1),
+    "eval_steps": (int, 1),
+    "logging_steps": (int, 1),
+    "save_total_limit": (int, 1),
+    "seed": (int, 0),
+    "max_train_samples": (int, 1),
+    "max_eval_samples": (int, 1),
+    "fp16": (bool, None),
+    "bf16": (bool, None),
+    "do_train": (bool, None),
+    "do_eval": (bool, None),
+    "do_predict": (bool, None),
+    "pad_to_max_length": (bool, None),
+    "gradient_checkpointing": (bool, None),
+    "lr_scheduler_type": (str, None),
+}
+#: Set by trainbot itself from model=, dataset= and the job's folders.
+RESERVED_HYPERPARAMETERS = {
+    "model_name_or_path": "model=",
+    "dataset_name": "dataset=",
+    "dataset_config_name": "dataset=",
+    "dataset_revision": "dataset_revision=",
+    "output_dir": "nothing (the job's output folder is fixed)",
+}
+HP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
+MAX_HYPERPARAMETERS = 100
+MAX_HP_VALUE_CHARS = 2500
+
+#: Datasets trainbot knows: name -> (task, HF dataset name, config name).
+DATASETS: dict[str, tuple[str, str, str | None]] = {
+    "squad": ("question-answering", "squad", None),
+    "squad_v2": ("question-answering", "squad_v2", None),
+    "imdb": ("text-classification", "imdb", None),
+    "ag_news": ("text-classification", "ag_news", None),
+    "emotion": ("text-classification", "emotion", None),
+    "yelp_polarity": ("text-classification", "yelp_polarity", None),
+    **{name: ("text-classification", "glue", name) for name in ("mnli", "sst2", "mrpc", "qnli", "qqp", "rte", "cola")},
+}
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_./:~@+=-]{1,300}", re.ASCII)
+MP_ENUMS = {
+    "pipeline": ("simple", "interleaved"),
+    "placement_strategy": ("spread", "cluster"),
+    "optimize": ("speed", "memory"),
+}
+MP_INTS = ("partitions", "microbatches", "active_microbatches", "default_partition")
+MP_BOOLS = ("ddp", "auto_partition", "contiguous")
+MP_KEYS = tuple(MP_ENUMS) + MP_INTS + MP_BOOLS
+
+
+def dataset_hyperparameters(dataset: str) -> dict[str, str]:
+    """``mnli`` -> glue/mnli; ``name:config`` -> name/config; anything else is a dataset name as is."""
+    if dataset in DATASETS:
+        _, name, config = DATASETS[dataset]
+    elif ":" in dataset and "://" not in dataset:
+        name, _, config = dataset.partition(":")
+    else:
+        name, config = dataset, None
+    return {"dataset_name": name, **({"dataset_config_name": config} if config else {})}
+
+
+def show(token: object, limit: int = 40) -> str:
+    """A token as it may appear in a one-line message: quoted, escaped, shortened."""
+    text = repr(str(token))
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
+# ---------------------------------------------------------------- hyperparameter values
+
+_INT = re.compile(r"[-+]?[0-9]+", re.ASCII)
+_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", re.ASCII)
+TRUE_WORDS = ("yes", "true", "on", "1", "y")
+FALSE_WORDS = ("no", "false", "off", "0", "n")
+
+
+def parse_bool(raw: str, key: str) -> bool:
+    word = raw.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise SpecError(f"{key} takes yes or no (also true/false, on/off), not {show(raw)}.")
+
+
+def parse_int(raw: str, key: str) -> int:
+    if _INT.fullmatch(raw.strip()) and len(raw) < 20:
+        return int(raw)
+    raise SpecError(f"{key} takes a whole number, not {show(raw)}.")
+
+
+def parse_float(raw: str, key: str) -> int | float:
+    text = raw.strip()
+    if _INT.fullmatch(text) and len(text) < 20:
+        return int(text)
+    if _FLOAT.fullmatch(text) and math.isfinite(float(text)):
+        return float(text)
+    raise SpecError(f"{key} takes a number such as 3e-5 or 0.5, not {show(raw)}.")
+
+
+def auto_value(raw: str) -> HpValue:
+    """A passthrough value: whole number, number, true/false, or text."""
+    text = raw.strip()
+    if _INT.fullmatch(text) and len(text) < 20:
+        return int(text)
+    if _FLOAT.fullmatch(text) and math.isfinite(float(text)):
+        return float(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return raw
+
+
+def coerce_hyperparameter(name: str, value: object) -> HpValue:
+    """A known hyperparameter's value as its type (text is parsed); SpecError when it cannot be."""
+    kind, _ = KNOWN_HYPERPARAMETERS[name]
+    if isinstance(value, str) and kind is not str:
+        parsers = {bool: parse_bool, int: parse_int, float: parse_float}
+        return parsers[kind](value, name)
+    ok = {
+        bool: isinstance(value, bool),
+        int: isinstance(value, int) and not isinstance(value, bool),
+        float: isinstance(value, int | float) and not isinstance(value, bool),
+        str: isinstance(value, str),
+    }[kind]
+    if not ok:
+        raise SpecError(f"Hyperparameter {name} takes a {kind.__name__} value, not {show(value)}.")
+    return value  # type: ignore[return-value]
+
+
+def check_hyperparameters(hps: dict[str, Any]) -> dict[str, HpValue]:
+    """Names, reserved names, types and ranges of every hyperparameter."""
+    if len(hps) > MAX_HYPERPARAMETERS:
+        raise SpecError(f"A job takes at most {MAX_HYPERPARAMETERS} hyperparameters, not {len(hps)}.")
+    checked: dict[str, HpValue] = {}
+    for name, value in hps.items():
+        if not isinstance(name, str) or not HP_NAME.fullmatch(name):
+            raise SpecError(f"Hyperparameter name {show(name)} is not valid: use letters, digits and _, not starting with a digit.")
+        if name in RESERVED_HYPERPARAMETERS:
+            raise SpecError(f"Hyperparameter {name} is set by trainbot; use {RESERVED_HYPERPARAMETERS[name]} instead.")
+        checked[name] = _check_value(name, value)
+    if checked.get("fp16") is True and checked.get("bf16") is True:
+        raise SpecError("fp16 and bf16 cannot both be on: choose one (bf16=yes needs an A100, H100, A10G, L4 or Trainium).")
+    return checked
+
+
+def _check_value(name: str, value: object) -> HpValue:
+    if name not in KNOWN_HYPERPARAMETERS:
+        if not isinstance(value, str | int | float | bool):
+            raise SpecError(f"Hyperparameter {name} must be text, a number or yes/no, not {show(value)}.")
+        if isinstance(value, float) and not math.isfinite(value) or len(str(value)) > MAX_HP_VALUE_CHARS:
+            raise SpecError(f"Hyperparameter {name} has an unusable value {show(value)}.")
+        return value
+    typed = coerce_hyperparameter(name, value)
+    _, minimum = KNOWN_HYPERPARAMETERS[name]
+    if isinstance(typed, int | float) and not isinstance(typed, bool):
+        _check_range(name, typed, minimum)
+    return typed
+
+
+def _check_range(name: str, value: float, minimum: float | None) -> None:
+    if not math.isfinite(value) or minimum is None:
+        return
+    if name in ("learning_rate", "num_train_epochs") and value <= 0:
+        raise SpecError(f"{name} must be above 0, not {value}.")
+    if name in ("learning_rate", "warmup_ratio") and value > 1:
+        raise SpecError(f"{name} must be at most 1, not {value} (a typical learning rate is 3e-5).")
+    if value < minimum:
+        raise SpecError(f"{name} must be at least {minimum:g}, not {value}.")
+
+
+# ---------------------------------------------------------------- the spec
+
+
+class JobSpec(BaseModel):
+    """One training job. Field names and JSON are the contract (DESIGN.md); the extra fields follow them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task: Task
+    model: str
+    dataset: str
+    instance_type: str = "ml.p3.2xlarge"
+    instance_count: int = 1
+    distribution: Distribution = "none"
+    spot: bool = False
+    max_run: int = DEFAULT_MAX_RUN
+    max_wait: int | None = None
+    hyperparameters: dict[str, HpValue] = {}
+    transformers_version: str
+    pytorch_version: str
+    py_version: str
+    preset: str | None = None
+    mp_parameters: dict[str, HpValue] | None = None
+    processes_per_host: int | None = None
+    on_demand_fallback: bool = False
+    max_restarts: int = 5
+    train_data: str | None = None
+    dataset_revision: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_defaults(cls, data: Any) -> Any:
+        return fill_defaults(dict(data)) if isinstance(data, dict) else data
+
+    @field_validator("hyperparameters")
+    @classmethod
+    def _check_hyperparameters(cls, value: dict[str, HpValue]) -> dict[str, HpValue]:
+        return check_hyperparameters(value)
+
+    @model_validator(mode="after")
+    def _check(self, info: ValidationInfo) -> JobSpec:
+        context = info.context if isinstance(info.context, dict) else {}
+        check_spec(self, int(context.get("max_instances", DEFAULT_MAX_INSTANCES)))
+        return self
+
+    @property
+    def instance(self) -> InstanceType:
+        return instance_info(self.instance_type)
+
+
+def spec_from_fields(fields: dict[str, Any], *, max_instances: int = DEFAULT_MAX_INSTANCES) -> JobSpec:
+    """Validate raw fields into a JobSpec; every failure is one SpecError sentence."""
+    try:
+        return JobSpec.model_validate(fields, context={"max_instances": max_instances})
+    except ValidationError as exc:
+        raise SpecError(describe_validation_error(exc)) from None
+
+
+_ERROR_TEXT = {
+    "int_parsing": "takes a whole number",
+    "int_type": "takes a whole number",
+    "int_from_float": "takes a whole number",
+    "bool_parsing": "takes yes or no",
+    "bool_type": "takes yes or no",
+    "string_type": "takes text",
+    "dict_type": "takes key=value pairs",
+}
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, as one sentence naming the field."""
+    error = exc.errors()[0]
+    field = ".".join(str(part) for part in error.get("loc", ())) or "the job"
+    kind = error.get("type", "")
+    if kind == "missing":
+        return missing_field_message(field)
+    if kind == "extra_forbidden":
+        return f"{field} is not a job field."
+    if kind == "literal_error":
+        expected = (error.get("ctx") or {}).get("expected", "")
+        return f"{field} must be one of {expected}, not {show(error.get('input'))}."
+    text = _ERROR_TEXT.get(kind, str(error.get("msg", "is not valid")).lower())
+    return f"{field} {text}, not {show(error.get('input'))}."
+
+
+def missing_field_message(field: str) -> str:
+    presets = ", ".join(PRESETS)
+    if field == "model":
+        return f"Say which model to train (model=NAME), or start from a preset: {presets}."
+    if field == "dataset":
+        return "Say which data to train on: dataset=NAME (e.g. squad, mnli, imdb) or train_data=s3://BUCKET/PREFIX."
+    if field == "task":
+        return "Say which task this is: task=question-answering or task=text-classification."
+    return f"{field} is missing."
+
+
+# ---------------------------------------------------------------- defaults (idempotent)
+
+
+def fill_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """Derive what the person left out: task, versions, max_wait, model-parallel and checkpoint settings."""
+    if isinstance(data.get("instance_type"), str):
+        data["instance_type"] = normalize_instance_name(data["instance_type"])
+    if data.get("dataset") is None and isinstance(data.get("train_data"), str):
+        data["dataset"] = "custom"
+    if data.get("task") is None and data.get("dataset") in DATASETS:
+        data["task"] = DATASETS[data["dataset"]][0]
+    distribution = data.get("distribution", "none")
+    if distribution in DISTRIBUTIONS:
+        _fill_versions(data, distribution)
+        if distribution == "model":
+            _fill_model_parallel(data)
+    if data.get("spot") is True or str(data.get("spot")).lower() in TRUE_WORDS:
+        _fill_spot(data)
+    return data
+
+
+def _fill_versions(data: dict[str, Any], distribution: str) -> None:
+    keys = ("transformers_version", "pytorch_version", "py_version")
+    given = [data.get(key) for key in keys]
+    if not all(v is None or isinstance(v, str) for v in given):
+        return
+    transformers, pytorch, py = given
+    data.update(zip(keys, versions.complete_versions(transformers, pytorch, py, distribution), strict=True))
+
+
+def _fill_model_parallel(data: dict[str, Any]) -> None:
+    if data.get("processes_per_host") is None:
+        data["processes_per_host"] = DEFAULT_PROCESSES_PER_HOST
+    params = data.get("mp_parameters")
+    if params is None or isinstance(params, dict):
+        data["mp_parameters"] = {**DEFAULT_MP_PARAMETERS, **(params or {})}
+
+
+def _fill_spot(data: dict[str, Any]) -> None:
+    max_run = data.get("max_run", DEFAULT_MAX_RUN)
+    if data.get("max_wait") is None and isinstance(max_run, int) and not isinstance(max_run, bool):
+        data["max_wait"] = min(2 * max_run, max(MAX_RUNTIME_SECONDS, max_run))
+    hps = data.get("hyperparameters")
+    if hps is None or isinstance(hps, dict):
+        hps = dict(hps or {})
+        hps.setdefault("save_steps", _default_save_steps(hps.get("max_steps")))
+        data["hyperparameters"] = hps
+
+
+def _default_save_steps(max_steps: object) -> int:
+    """A checkpoint every 100 steps, or four in a run shorter than 400 steps."""
+    if isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps > 0:
+        return max(1, min(DEFAULT_SPOT_SAVE_STEPS, max_steps // 4))
+    return DEFAULT_SPOT_SAVE_STEPS
+
+
+# ---------------------------------------------------------------- cross-field rules
+
+
+def check_spec(spec: JobSpec, max_instances: int) -> None:
+    """Every cross-field rule; the first one broken raises SpecError."""
+    info = instance_info(spec.instance_type)
+    _check_names(spec)
+    _check_instances(spec, info, max_instances)
+    _check_times(spec)
+    versions.validate_versions(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.distribution)
+    _check_distribution(spec, info)
+    if spec.hyperparameters.get("bf16") is True and not info.bf16:
+        raise SpecError(
+            f"bf16=yes needs an A100, H100, A10G, L4 or Trainium; {info.name} has {info.accelerator}: "
+            "use fp16=yes or a p4d, p5, g5 or g6 type."
+        )
+
+
+def _check_names(spec: JobSpec) -> None:
+    for field in ("model", "dataset", "train_data", "dataset_revision"):
+        value = getattr(spec, field)
+        if value is not None and not NAME_PATTERN.fullmatch(value):
+            raise SpecError(f"{field} {show(value)} is not a usable name: a hub id like owner/name, or an s3:// or local path, with no spaces.")
+    if spec.train_data is not None and not spec.train_data.startswith(("s3://", "/", "./", "~")):
+        raise SpecError(f"train_data must be an s3:// prefix or a local folder, not {show(spec.train_data)}.")
+    if spec.dataset in DATASETS and DATASETS[spec.dataset][0] != spec.task:
+        raise SpecError(f"dataset={spec.dataset} is {DATASETS[spec.dataset][0]} data, but task={spec.task}: change one of them.")
+    if spec.preset is not None and spec.preset not in PRESETS:
+        raise SpecError(f"Unknown preset {show(spec.preset)}: choose one of {', '.join(PRESETS)}.")
+
+
+def _check_instances(spec: JobSpec, info: InstanceType, max_instances: int) -> None:
+    if info.is_trainium:
+        raise SpecError(
+            f"{info.name} needs the Neuron training containers, which the training scripts do not support: "
+            "choose a GPU type such as ml.p3.2xlarge or ml.g5.xlarge."
+        )
+    if not 1 <= spec.instance_count <= max_instances:
+        raise SpecError(f"instance_count must be between 1 and {max_instances} (TRAINBOT_MAX_INSTANCES), not {spec.instance_count}.")
+    if spec.instance_count > 1 and spec.distribution == "none":
+        raise SpecError(
+            f"instance_count={spec.instance_count} needs distribution=data, ddp or model "
+            "(without one every instance would train alone); or use instance_count=1."
+        )
+    if not 0 <= spec.max_restarts <= MAX_RESTARTS_LIMIT:
+        raise SpecError(f"max_restarts must be between 0 and {MAX_RESTARTS_LIMIT}, not {spec.max_restarts}.")
+
+
+def _check_times(spec: JobSpec) -> None:
+    if not 1 <= spec.max_run <= MAX_RUNTIME_SECONDS:
+        raise SpecError(f"max_run must be between 1 second and 28 days (e.g. 3600, 90m, 2h), not {spec.max_run}.")
+    if spec.max_wait is None:
+        if spec.spot:
+            raise SpecError("A spot job needs max_wait (at least max_run), e.g. max_wait=2h.")
+        return
+    if not spec.spot:
+        raise SpecError("max_wait only applies to spot jobs: add spot=yes or drop max_wait.")
+    if not spec.max_run <= spec.max_wait <= MAX_RUNTIME_SECONDS:
+        raise SpecError(
+            f"max_wait ({spec.max_wait} s) must be at least max_run ({spec.max_run} s) and at most 28 days: "
+            "it covers the wait for spot capacity plus the training itself."
+        )
+
+
+def _check_distribution(spec: JobSpec, info: InstanceType) -> None:
+    if spec.distribution != "model" and (spec.mp_parameters is not None or spec.processes_per_host is not None):
+        raise SpecError(
+            "Model-parallel settings (partitions, microbatches, processes_per_host, mp.*) need distribution=model."
+        )
+    if spec.distribution == "data":
+        supported = versions.dataparallel_instance_types()
+        if info.name not in supported:
+            raise SpecError(
+                f"distribution=data (smdistributed dataparallel) runs only on {', '.join(supported)}, "
+                f"not {info.name}: pick one of those, or use distribution=ddp."
+            )
+    if spec.distribution == "model":
+        _check_model_parallel(spec, info)
+
+
+def _check_model_parallel(spec: JobSpec, info: InstanceType) -> None:
+    params = spec.mp_parameters or {}
+    for key, value in params.items():
+        _check_mp_value(key, value)
+    processes = spec.processes_per_host or 0
+    partitions = params.get("partitions", 1)
+    if not 1 <= processes <= info.gpus:
+        raise SpecError(
+            f"processes_per_host={processes} must be between 1 and the {info.gpus} GPU(s) of {info.name}: "
+            "model parallelism needs a multi-GPU type such as ml.p3.16xlarge."
+        )
+    if isinstance(partitions, int) and processes % partitions:
+        raise SpecError(f"partitions={partitions} must divide processes_per_host={processes} (e.g. partitions=2 or 4 with 8 processes).")
+    default = params.get("default_partition")
+    if isinstance(default, int) and isinstance(partitions, int) and default >= partitions:
+        raise SpecError(f"mp.default_partition={default} must be less than partitions={partitions}.")
+
+
+def _check_mp_value(key: str, value: object) -> None:
+    if key not in MP_KEYS:
+        raise SpecError(f"{show(key)} is not a model-parallel parameter: use one of {', '.join(MP_KEYS)}.")
+    if key in MP_ENUMS and value not in MP_ENUMS[key]:
+        raise SpecError(f"mp.{key} must be one of {', '.join(MP_ENUMS[key])}, not {show(value)}.")
+    if key in MP_INTS and (not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "default_partition" else 1)):
+        raise SpecError(f"mp.{key} takes a whole number of at least 1, not {show(value)}.")
+    if key in MP_BOOLS and not isinstance(value, bool):
+        raise SpecError(f"mp.{key} takes yes or no, not {show(value)}.")

@@ -1,0 +1,242 @@
+"""Framework combinations the installed SageMaker SDK knows, read offline without importing it.
+
+The SDK ships its image-URI tables as JSON (``sagemaker/image_uri_config/huggingface.json``) and its
+distribution limits as module constants (``sagemaker/fw_utils.py``). Both are read as files: importing the
+SDK is slow, noisy and forbidden in ``jobs/``. Everything is cached at first use.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from jobs.errors import SpecError
+
+#: The training scripts use Trainer APIs of transformers >= 4.26 (torchrun support starts there too).
+TRAINING_MIN_TRANSFORMERS = (4, 26)
+#: The data-parallel, model-parallel and single-process default: the newest HF container with
+#: smdistributed dataparallel that also deploys with the default inference image.
+SMDISTRIBUTED_DEFAULT = ("4.28.1", "2.0.0", "py310")
+
+# Used only when the SDK's own files cannot be read (the values of sagemaker 2.257).
+_FALLBACK_DATAPARALLEL_INSTANCES = ("ml.p3.16xlarge", "ml.p3dn.24xlarge", "ml.p4d.24xlarge", "ml.p4de.24xlarge")
+_FALLBACK_DATAPARALLEL_PYTORCH = ("1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0")
+_FALLBACK_TORCH_DISTRIBUTED_PYTORCH = ("1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0", "2.3.0", "2.3.1")
+_FALLBACK_TRAINING = {"4.28.1": {"2.0.0": ("py310",)}}
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One HF training (or inference) container: transformers, PyTorch and Python versions."""
+
+    transformers: str
+    pytorch: str
+    py: str
+
+    def as_tuple(self) -> tuple[str, str, str]:
+        return (self.transformers, self.pytorch, self.py)
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"4.28.1"`` -> ``(4, 28, 1)``; non-numeric parts count as 0."""
+    return tuple(int(part) if part.isdigit() else 0 for part in version.split("."))
+
+
+@cache
+def sdk_folder() -> Path | None:
+    """The installed ``sagemaker`` package folder, found without importing it."""
+    try:
+        spec = importlib.util.find_spec("sagemaker")
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return Path(locations[0]) if locations else None
+
+
+@cache
+def _image_config(name: str) -> dict[str, Any]:
+    folder = sdk_folder()
+    path = folder / "image_uri_config" / f"{name}.json" if folder else None
+    if path is None or not path.is_file():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _combinations(scope: str) -> tuple[Combination, ...]:
+    versions: dict[str, Any] = _image_config("huggingface").get(scope, {}).get("versions", {})
+    if not versions and scope == "training":
+        versions = {t: {f"pytorch{p}": {"py_versions": list(pys)} for p, pys in pt.items()}
+                    for t, pt in _FALLBACK_TRAINING.items()}
+    found = [
+        Combination(transformers, key.removeprefix("pytorch"), py)
+        for transformers, block in versions.items()
+        for key, entry in block.items()
+        if key.startswith("pytorch") and isinstance(entry, dict)
+        for py in entry.get("py_versions", [])
+    ]
+    found.sort(key=lambda c: (version_key(c.transformers), version_key(c.pytorch), version_key(c.py[2:])))
+    return tuple(found)
+
+
+@cache
+def training_combinations() -> tuple[Combination, ...]:
+    """Every PyTorch HF training container the SDK knows, oldest first."""
+    return _combinations("training")
+
+
+@cache
+def inference_combinations() -> tuple[Combination, ...]:
+    """Every PyTorch HF inference container the SDK knows, oldest first."""
+    return _combinations("inference")
+
+
+@cache
+def _fw_utils_constants() -> dict[str, Any]:
+    folder = sdk_folder()
+    path = folder / "fw_utils.py" if folder else None
+    if path is None or not path.is_file():
+        return {}
+    values: dict[str, Any] = {}
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    return values
+
+
+@cache
+def dataparallel_instance_types() -> tuple[str, ...]:
+    """Instance types smdistributed dataparallel runs on (the SDK's own list)."""
+    found = _fw_utils_constants().get("SM_DATAPARALLEL_SUPPORTED_INSTANCE_TYPES")
+    names = found or _FALLBACK_DATAPARALLEL_INSTANCES
+    return tuple(n for n in names if n.startswith("ml."))
+
+
+@cache
+def dataparallel_pytorch_versions() -> tuple[str, ...]:
+    found = _fw_utils_constants().get("SM_DATAPARALLEL_SUPPORTED_FRAMEWORK_VERSIONS", {}).get("pytorch")
+    return tuple(found or _FALLBACK_DATAPARALLEL_PYTORCH)
+
+
+@cache
+def torch_distributed_pytorch_versions() -> tuple[str, ...]:
+    found = _fw_utils_constants().get("TORCH_DISTRIBUTED_GPU_SUPPORTED_FRAMEWORK_VERSIONS")
+    return tuple(found or _FALLBACK_TORCH_DISTRIBUTED_PYTORCH)
+
+
+def _allowed(combo: Combination, distribution: str) -> bool:
+    if version_key(combo.transformers)[:2] < TRAINING_MIN_TRANSFORMERS:
+        return False
+    if distribution in ("data", "model"):
+        # smdistributed (data and model parallel) stops at PyTorch 2.2 containers.
+        return combo.pytorch in dataparallel_pytorch_versions()
+    if distribution == "ddp":
+        return combo.pytorch in torch_distributed_pytorch_versions()
+    return True
+
+
+@cache
+def supported_combinations(distribution: str) -> tuple[Combination, ...]:
+    """The training containers usable for ``distribution`` by the SDK and by ``training/``."""
+    return tuple(c for c in training_combinations() if _allowed(c, distribution))
+
+
+@cache
+def default_versions(distribution: str) -> tuple[str, str, str]:
+    """(transformers, pytorch, py): 4.28.1/2.0.0/py310, or for ``ddp`` the newest combination."""
+    usable = supported_combinations(distribution)
+    if not usable:
+        return SMDISTRIBUTED_DEFAULT
+    if distribution == "ddp":
+        return usable[-1].as_tuple()
+    preferred = Combination(*SMDISTRIBUTED_DEFAULT)
+    return preferred.as_tuple() if preferred in usable else usable[-1].as_tuple()
+
+
+def _resolve_transformers(version: str) -> str:
+    aliases: dict[str, str] = _image_config("huggingface").get("training", {}).get("version_aliases", {})
+    return aliases.get(version, version)
+
+
+def complete_versions(
+    transformers: str | None, pytorch: str | None, py: str | None, distribution: str
+) -> tuple[str, str, str]:
+    """Fill in what the person left out: the newest usable combination that matches what they gave."""
+    if transformers is None and pytorch is None and py is None:
+        return default_versions(distribution)
+    if transformers is not None:
+        transformers = _resolve_transformers(transformers)
+    matches = [c for c in supported_combinations(distribution) if _matches(c, transformers, pytorch, py)]
+    if not matches:
+        _explain_no_match(transformers, pytorch, py, distribution)
+    default = Combination(*default_versions(distribution))
+    return (default if default in matches else matches[-1]).as_tuple()
+
+
+def _matches(combo: Combination, transformers: str | None, pytorch: str | None, py: str | None) -> bool:
+    """Whether ``combo`` fits what was given; ``2.1`` matches ``2.1.0``."""
+    return (
+        _same(transformers, combo.transformers) and _same(pytorch, combo.pytorch) and py in (None, combo.py)
+    )
+
+
+def _same(given: str | None, actual: str) -> bool:
+    return given is None or given == actual or actual.startswith(given + ".")
+
+
+def _explain_no_match(transformers: str | None, pytorch: str | None, py: str | None, distribution: str) -> None:
+    known = [c for c in training_combinations() if _matches(c, transformers, pytorch, py)]
+    if known:
+        raise SpecError(_unsupported_message(known[-1], distribution))
+    given = ", ".join(f"{label} {value}" for label, value in
+                      (("transformers", transformers), ("PyTorch", pytorch), ("Python", py)) if value)
+    raise SpecError(
+        f"The SageMaker SDK has no Hugging Face training container with {given} for distribution={distribution}: "
+        f"choose one of {_listing(supported_combinations(distribution))}."
+    )
+
+
+def validate_versions(transformers: str, pytorch: str, py: str, distribution: str) -> None:
+    """SpecError unless the SDK has this training container and it suits ``distribution`` and training/."""
+    combo = Combination(transformers, pytorch, py)
+    if combo in supported_combinations(distribution):
+        return
+    if combo not in training_combinations():
+        raise SpecError(
+            f"The SageMaker SDK has no Hugging Face training container for transformers {transformers}, "
+            f"PyTorch {pytorch}, {py}: choose one of {_listing(supported_combinations(distribution))}."
+        )
+    raise SpecError(_unsupported_message(combo, distribution))
+
+
+def _unsupported_message(combo: Combination, distribution: str) -> str:
+    label = f"transformers {combo.transformers} / PyTorch {combo.pytorch}"
+    usable = _listing(supported_combinations(distribution))
+    if version_key(combo.transformers)[:2] < TRAINING_MIN_TRANSFORMERS:
+        return f"The training scripts need transformers 4.26 or newer, not {combo.transformers}: choose one of {usable}."
+    reason = {
+        "data": "smdistributed dataparallel runs only on PyTorch 2.2 or older",
+        "model": "smdistributed modelparallel runs only on PyTorch 2.2 or older",
+        "ddp": "torch_distributed (torchrun) is not supported on that PyTorch by the SDK",
+    }.get(distribution, "that container is not supported")
+    return f"{label} cannot run distribution={distribution}: {reason}; choose one of {usable}."
+
+
+def _listing(combos: tuple[Combination, ...]) -> str:
+    return ", ".join(f"{c.transformers}/pt{c.pytorch}/{c.py}" for c in combos) or "none"
+
+
+def inference_supported(transformers: str, pytorch: str) -> bool:
+    """Whether the SDK has a Hugging Face PyTorch inference container for these versions."""
+    transformers = _image_config("huggingface").get("inference", {}).get("version_aliases", {}).get(
+        transformers, transformers
+    )
+    return any(c.transformers == transformers and c.pytorch == pytorch for c in inference_combinations())
