@@ -1,0 +1,95 @@
+"""Who may launch, stop and deploy: the rules only (handlers and the service enforce them and audit refusals).
+
+- TRAINBOT_ALLOWED_USERS: user IDs (U..., W...) and user-group IDs (S..., matched against Actor.groups).
+- TRAINBOT_ALLOWED_CHANNELS: channel IDs (C..., G..., D...).
+- TRAINBOT_ADMINS: user or user-group IDs; admins pass every rule.
+An empty list means everyone. Only the launcher or an admin may manage (stop, deploy) a lineage.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from jobs.errors import PermissionDenied
+from jobs.records import Actor
+from jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from jobs.store import Lineage
+
+log = logging.getLogger(__name__)
+
+_MAX_LISTED = 5  # IDs named in a refusal before "and N more"
+
+
+@dataclass(frozen=True)
+class AccessPolicy:
+    allowed_users: frozenset[str] = frozenset()  # users and user groups; empty = everyone
+    allowed_channels: frozenset[str] = frozenset()  # empty = every channel
+    admins: frozenset[str] = frozenset()  # users and user groups
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> AccessPolicy:
+        return cls(
+            allowed_users=frozenset(settings.trainbot_allowed_users),
+            allowed_channels=frozenset(settings.trainbot_allowed_channels),
+            admins=frozenset(settings.trainbot_admins),
+        )
+
+    def is_admin(self, actor: Actor) -> bool:
+        return _matches(actor, self.admins)
+
+    def check_can_use(self, actor: Actor) -> None:
+        """PermissionDenied unless the actor's user (or a group of theirs) and channel are allowed."""
+        if self.is_admin(actor):
+            return
+        if self.allowed_users and not _matches(actor, self.allowed_users):
+            log.info("refused %s: not in TRAINBOT_ALLOWED_USERS", actor.user_id)
+            raise PermissionDenied(
+                f"You ({actor.user_id}) are not allowed to run training jobs: only the users and user groups "
+                f"in TRAINBOT_ALLOWED_USERS may; ask an admin ({self._admin_names()}) to add your ID there."
+            )
+        if self.allowed_channels and not self._channel_allowed(actor):
+            where = actor.channel_id or "outside a channel"
+            log.info("refused %s in %s: channel not in TRAINBOT_ALLOWED_CHANNELS", actor.user_id, where)
+            raise PermissionDenied(
+                f"Training jobs cannot be run from here ({where}): use one of the channels in "
+                f"TRAINBOT_ALLOWED_CHANNELS ({_listed(self.allowed_channels)}), or ask an admin "
+                f"({self._admin_names()}) to add this one."
+            )
+
+    def check_can_manage(self, actor: Actor, lineage: Lineage, *, verb: str = "stop or deploy") -> None:
+        """PermissionDenied unless the actor launched the lineage or is an admin."""
+        if actor.user_id == lineage.launched_by or self.is_admin(actor):
+            return
+        log.info("refused %s managing %s (launched by %s)", actor.user_id, lineage.id, lineage.launched_by)
+        raise PermissionDenied(
+            f"Only the person who launched {lineage.id} ({lineage.launched_by}) or an admin "
+            f"({self._admin_names()}) may {verb} it; ask one of them."
+        )
+
+    def _channel_allowed(self, actor: Actor) -> bool:
+        # A terminal or CLI actor has no channel and the channel rule cannot apply to it; a Slack actor
+        # always comes from a channel, so a missing one there is refused rather than waved through.
+        if actor.channel_id is None:
+            return actor.via != "slack"
+        return actor.channel_id in self.allowed_channels
+
+    def _admin_names(self) -> str:
+        return (
+            f"TRAINBOT_ADMINS: {_listed(self.admins)}" if self.admins else "none are set in TRAINBOT_ADMINS"
+        )
+
+
+def _matches(actor: Actor, ids: frozenset[str]) -> bool:
+    return actor.user_id in ids or any(group in ids for group in actor.groups)
+
+
+def _listed(ids: Iterable[str]) -> str:
+    ordered = sorted(ids)
+    shown = ", ".join(ordered[:_MAX_LISTED])
+    more = len(ordered) - _MAX_LISTED
+    return f"{shown} and {more} more" if more > 0 else shown

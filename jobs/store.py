@@ -1,0 +1,637 @@
+"""The durable record of every lineage, attempt, command and pending chat message.
+
+SQLAlchemy Core on any URL; SQLite under TRAINBOT_HOME by default (WAL and a busy timeout, so the bot and a
+CLI share one file). Status changes are guarded updates (``UPDATE ... WHERE status IN (:expected)``): the
+caller learns from the row count whether it won, so two processes never both act on one change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    MetaData,
+    and_,
+    create_engine,
+    event,
+    exists,
+    func,
+    insert,
+    make_url,
+    not_,
+    select,
+    update,
+)
+from sqlalchemy.engine import Row
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.pool import StaticPool
+
+from jobs.clock import Clock
+from jobs.errors import InvalidState, NotFound
+from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.spec import JobSpec
+from jobs.store_schema import attempts as t_attempts
+from jobs.store_schema import audit as t_audit
+from jobs.store_schema import lineages as t_lineages
+from jobs.store_schema import meta as t_meta
+from jobs.store_schema import metadata as _metadata
+from jobs.store_schema import migrations
+from jobs.store_schema import outbox as t_outbox
+from jobs.store_schema import schema_version as t_version
+
+log = logging.getLogger(__name__)
+
+#: How long a SQLite writer waits for another process's write lock before giving up.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+_ACTIVE_ATTEMPT = (AttemptStatus.LAUNCHING.value, AttemptStatus.RUNNING.value)
+_TERMINAL_LINEAGE = tuple(s.value for s in LineageStatus if s.is_terminal())
+# Columns a transition or update may set; identity, status and creation time are not among them.
+_FIXED = {"id", "status", "created_at", "lineage_id", "number", "job_name"}
+
+
+@dataclass(frozen=True)
+class Attempt:
+    lineage_id: str
+    number: int
+    job_name: str  # f"{lineage_id}-{number}"
+    instance_type: str
+    spot: bool
+    status: AttemptStatus
+    remote_status: str
+    secondary_status: str
+    failure_reason: str
+    billable_seconds: int | None
+    training_seconds: int | None
+    metrics: dict[str, float]
+    model_artifacts: str | None
+    resumed_from_step: int | None  # checkpoint step this attempt started from
+    created_at: datetime
+    updated_at: datetime
+    ended_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Lineage:
+    id: str
+    spec: JobSpec
+    backend: str
+    checkpoint_uri: str
+    status: LineageStatus
+    launched_by: str  # Actor.user_id
+    origin: str  # Actor.via
+    channel: str | None  # where its card lives (thread parent)
+    message_ts: str | None
+    schedule: str | None
+    request_id: str | None
+    estimated_usd: float
+    restarts: int  # relaunches so far
+    next_relaunch_at: datetime | None
+    next_instance_type: str | None
+    next_spot: bool | None
+    created_at: datetime
+    updated_at: datetime
+    attempts: tuple[Attempt, ...]  # ordered by number
+
+    @property
+    def latest_attempt(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+
+@dataclass(frozen=True)
+class Notification:
+    id: int
+    kind: str
+    lineage_id: str | None
+    channel: str | None
+    payload: dict[str, Any]
+    dedup_key: str
+    attempts: int
+    next_try_at: datetime
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class AuditEntry:
+    id: int
+    at: datetime
+    user: str
+    via: str
+    action: str
+    target: str
+    detail: dict[str, Any]
+
+
+class DuplicateLineage(InvalidState):
+    """create_lineage met an existing lineage id or request id (a race the caller resolves)."""
+
+
+class Store:
+    def __init__(self, url: str, *, clock: Clock) -> None:
+        self._clock = clock
+        self._engine = _make_engine(url)
+        self._sqlite = self._engine.dialect.name == "sqlite"
+
+    @property
+    def engine(self) -> Engine:
+        """Other tables (schedules) share it; declare them on ``metadata`` and add a migration step."""
+        return self._engine
+
+    @property
+    def metadata(self) -> MetaData:
+        return _metadata
+
+    def dispose(self) -> None:
+        self._engine.dispose()
+
+    # -- transactions -----------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction; on SQLite it takes the write lock at BEGIN, so a read inside it can
+        never be invalidated by another writer (and busy_timeout applies instead of an instant error)."""
+        with self._engine.connect() as conn:
+            if self._sqlite:
+                conn = conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self._engine.connect() as conn, conn.begin():
+            yield conn
+
+    # -- migrations -------------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        """Apply every registered schema step not recorded yet; safe to run again, and from two
+        processes at once (the version row is written first, so the loser of a race skips the step)."""
+        with self._write() as conn:
+            t_version.create(conn, checkfirst=True)
+        for step in migrations():
+            try:
+                with self._write() as conn:
+                    done = conn.execute(
+                        select(t_version.c.version).where(t_version.c.version == step.version)
+                    )
+                    if done.first() is not None:
+                        continue
+                    conn.execute(
+                        insert(t_version).values(version=step.version, name=step.name, applied_at=self._now())
+                    )
+                    step.apply(conn)
+                    log.info("applied schema version %d (%s)", step.version, step.name)
+            except IntegrityError:
+                continue  # another process recorded this version first
+
+    def schema_versions(self) -> list[int]:
+        with self._read() as conn:
+            return [r[0] for r in conn.execute(select(t_version.c.version).order_by(t_version.c.version))]
+
+    # -- lineages ---------------------------------------------------------------------------------
+
+    def create_lineage(
+        self,
+        *,
+        lineage_id: str,
+        spec: JobSpec,
+        backend: str,
+        checkpoint_uri: str,
+        actor: Actor,
+        estimated_usd: float,
+        request_id: str | None = None,
+        schedule: str | None = None,
+    ) -> Lineage:
+        """Record a lineage as PENDING. DuplicateLineage when the id or request id is taken."""
+        now = self._now()
+        values = {
+            "id": lineage_id,
+            "spec": spec.model_dump(mode="json"),
+            "backend": backend,
+            "checkpoint_uri": checkpoint_uri,
+            "status": LineageStatus.PENDING.value,
+            "launched_by": actor.user_id,
+            "origin": actor.via,
+            "channel": actor.channel_id,
+            "schedule": schedule,
+            "request_id": request_id,
+            "estimated_usd": float(estimated_usd),
+            "restarts": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+        try:
+            with self._write() as conn:
+                conn.execute(insert(t_lineages).values(**values))
+        except IntegrityError as exc:
+            raise DuplicateLineage(
+                f"A job with id {lineage_id} or the same request already exists; run `trainbot jobs` to see it."
+            ) from exc
+        return self.get_lineage(lineage_id)
+
+    def find_by_request(self, request_id: str) -> Lineage | None:
+        with self._read() as conn:
+            row = conn.execute(select(t_lineages).where(t_lineages.c.request_id == request_id)).first()
+            return None if row is None else self._lineage(conn, row)
+
+    def get_lineage(self, lineage_id: str) -> Lineage:
+        with self._read() as conn:
+            row = conn.execute(select(t_lineages).where(t_lineages.c.id == lineage_id)).first()
+            if row is None:
+                raise NotFound(f"There is no job {lineage_id!r}; `trainbot jobs` (or /jobs) lists them.")
+            return self._lineage(conn, row)
+
+    def find(self, ref: str) -> Lineage:
+        """A lineage by its id or by the job name of one of its attempts."""
+        ref = ref.strip()
+        with self._read() as conn:
+            row = conn.execute(select(t_lineages).where(t_lineages.c.id == ref)).first()
+            if row is None:
+                owner = select(t_attempts.c.lineage_id).where(t_attempts.c.job_name == ref)
+                row = conn.execute(select(t_lineages).where(t_lineages.c.id.in_(owner))).first()
+            if row is None:
+                raise NotFound(
+                    f"There is no job or SageMaker training job named {ref!r}; `trainbot jobs` (or /jobs) lists them."
+                )
+            return self._lineage(conn, row)
+
+    def list_lineages(
+        self, *, active_only: bool = False, limit: int = 50, schedule: str | None = None
+    ) -> list[Lineage]:
+        """Newest first."""
+        query = (
+            select(t_lineages).order_by(t_lineages.c.created_at.desc(), t_lineages.c.id.desc()).limit(limit)
+        )
+        if active_only:
+            query = query.where(t_lineages.c.status.not_in(_TERMINAL_LINEAGE))
+        if schedule is not None:
+            query = query.where(t_lineages.c.schedule == schedule)
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+            by_lineage = self._attempts_of(conn, [r.id for r in rows])
+            return [_to_lineage(r, by_lineage.get(r.id, ())) for r in rows]
+
+    def transition_lineage(
+        self, lineage_id: str, expected: Iterable[LineageStatus], new: LineageStatus, **fields: Any
+    ) -> bool:
+        """Move to ``new`` only if the status is one of ``expected``; True when this call did it."""
+        values = self._settable(t_lineages, fields)
+        values["status"] = LineageStatus(new).value
+        statuses = [LineageStatus(s).value for s in expected]
+        stmt = (
+            update(t_lineages)
+            .where(t_lineages.c.id == lineage_id, t_lineages.c.status.in_(statuses))
+            .values(**values)
+        )
+        with self._write() as conn:
+            won = conn.execute(stmt).rowcount == 1
+        log.debug("lineage %s %s -> %s: %s", lineage_id, statuses, values["status"], won)
+        return won
+
+    def set_message(self, lineage_id: str, channel: str, ts: str) -> None:
+        stmt = (
+            update(t_lineages)
+            .where(t_lineages.c.id == lineage_id)
+            .values(channel=channel, message_ts=ts, updated_at=self._now())
+        )
+        with self._write() as conn:
+            if conn.execute(stmt).rowcount != 1:
+                raise NotFound(f"There is no job {lineage_id!r} to attach a message to.")
+
+    def estimated_spend_since(self, since: datetime) -> float:
+        """Worst-case estimates of lineages created since ``since``, less those whose every launch was
+        refused (no job ever ran, so they cost nothing)."""
+        ran = exists().where(
+            t_attempts.c.lineage_id == t_lineages.c.id,
+            t_attempts.c.status != AttemptStatus.LAUNCH_FAILED.value,
+        )
+        refused = and_(t_lineages.c.status == LineageStatus.FAILED.value, not_(ran))
+        query = select(func.coalesce(func.sum(t_lineages.c.estimated_usd), 0.0)).where(
+            t_lineages.c.created_at >= since, not_(refused)
+        )
+        with self._read() as conn:
+            return float(conn.execute(query).scalar_one())
+
+    # -- attempts ---------------------------------------------------------------------------------
+
+    def add_attempt(
+        self,
+        lineage_id: str,
+        *,
+        number: int,
+        instance_type: str,
+        spot: bool,
+        resumed_from_step: int | None = None,
+    ) -> Attempt | None:
+        """Record attempt ``number`` as LAUNCHING; None when that number (or job name) already exists,
+        i.e. another process got there first."""
+        now = self._now()
+        job_name = f"{lineage_id}-{number}"
+        values = {
+            "lineage_id": lineage_id,
+            "number": number,
+            "job_name": job_name,
+            "instance_type": instance_type,
+            "spot": spot,
+            "status": AttemptStatus.LAUNCHING.value,
+            "remote_status": "",
+            "secondary_status": "",
+            "failure_reason": "",
+            "metrics": {},
+            "resumed_from_step": resumed_from_step,
+            "created_at": now,
+            "updated_at": now,
+        }
+        try:
+            with self._write() as conn:
+                known = conn.execute(select(t_lineages.c.id).where(t_lineages.c.id == lineage_id)).first()
+                if known is None:
+                    raise NotFound(f"There is no job {lineage_id!r} to add an attempt to.")
+                conn.execute(insert(t_attempts).values(**values))
+        except IntegrityError:
+            log.info("attempt %s already recorded by another writer", job_name)
+            return None
+        return self.get_attempt(job_name)
+
+    def get_attempt(self, job_name: str) -> Attempt:
+        with self._read() as conn:
+            row = conn.execute(select(t_attempts).where(t_attempts.c.job_name == job_name)).first()
+        if row is None:
+            raise NotFound(f"There is no training job {job_name!r}; `trainbot jobs` (or /jobs) lists them.")
+        return _to_attempt(row)
+
+    def transition_attempt(
+        self, job_name: str, expected: Iterable[AttemptStatus], new: AttemptStatus, **fields: Any
+    ) -> bool:
+        """Guarded like transition_lineage; a move to a terminal status stamps ``ended_at`` unless given."""
+        values = self._settable(t_attempts, fields)
+        new = AttemptStatus(new)
+        values["status"] = new.value
+        if new.is_terminal():
+            values.setdefault("ended_at", values["updated_at"])
+        statuses = [AttemptStatus(s).value for s in expected]
+        stmt = (
+            update(t_attempts)
+            .where(t_attempts.c.job_name == job_name, t_attempts.c.status.in_(statuses))
+            .values(**values)
+        )
+        with self._write() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def update_attempt(self, job_name: str, **fields: Any) -> None:
+        """Mirror remote fields (remote_status, metrics, billable_seconds, ...); never the status."""
+        values = self._settable(t_attempts, fields)
+        with self._write() as conn:
+            stmt = update(t_attempts).where(t_attempts.c.job_name == job_name).values(**values)
+            if conn.execute(stmt).rowcount != 1:
+                raise NotFound(f"There is no training job {job_name!r} to update.")
+
+    def active_attempts(self) -> list[Attempt]:
+        """LAUNCHING or RUNNING attempts, oldest first."""
+        query = (
+            select(t_attempts)
+            .where(t_attempts.c.status.in_(_ACTIVE_ATTEMPT))
+            .order_by(t_attempts.c.created_at, t_attempts.c.id)
+        )
+        with self._read() as conn:
+            return [_to_attempt(r) for r in conn.execute(query)]
+
+    # -- audit ------------------------------------------------------------------------------------
+
+    def audit(
+        self, actor: Actor | None, action: str, target: str, detail: dict[str, Any] | None = None
+    ) -> None:
+        """Record who did what to which lineage; ``actor`` None means the bot itself (watcher, recovery)."""
+        values = {
+            "at": self._now(),
+            "user": actor.user_id if actor else "trainbot",
+            "via": actor.via if actor else "system",
+            "action": action,
+            "target": target,
+            "detail": detail or {},
+        }
+        with self._write() as conn:
+            conn.execute(insert(t_audit).values(**values))
+
+    def audit_log(self, *, target: str | None = None, limit: int = 100) -> list[AuditEntry]:
+        """Newest first."""
+        query = select(t_audit).order_by(t_audit.c.id.desc()).limit(limit)
+        if target is not None:
+            query = query.where(t_audit.c.target == target)
+        with self._read() as conn:
+            return [
+                AuditEntry(r.id, r.at, r.user, r.via, r.action, r.target, dict(r.detail or {}))
+                for r in conn.execute(query)
+            ]
+
+    # -- outbox -----------------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        *,
+        kind: str,
+        payload: dict[str, Any],
+        dedup_key: str,
+        lineage_id: str | None = None,
+        channel: str | None = None,
+    ) -> bool:
+        """Queue a chat message; False when ``dedup_key`` was queued before (delivered or not)."""
+        now = self._now()
+        values = {
+            "kind": kind,
+            "lineage_id": lineage_id,
+            "channel": channel,
+            "payload": payload,
+            "dedup_key": dedup_key,
+            "attempts": 0,
+            "next_try_at": now,
+            "created_at": now,
+            "last_error": "",
+        }
+        try:
+            with self._write() as conn:
+                conn.execute(insert(t_outbox).values(**values))
+        except IntegrityError:
+            return False
+        return True
+
+    def due_notifications(self, *, limit: int = 20) -> list[Notification]:
+        """Undelivered messages whose next try is due, oldest first."""
+        query = (
+            select(t_outbox)
+            .where(t_outbox.c.delivered_at.is_(None), t_outbox.c.next_try_at <= self._now())
+            .order_by(t_outbox.c.next_try_at, t_outbox.c.id)
+            .limit(limit)
+        )
+        with self._read() as conn:
+            return [
+                Notification(
+                    r.id,
+                    r.kind,
+                    r.lineage_id,
+                    r.channel,
+                    dict(r.payload),
+                    r.dedup_key,
+                    r.attempts,
+                    r.next_try_at,
+                    r.created_at,
+                )
+                for r in conn.execute(query)
+            ]
+
+    def mark_delivered(self, notification_id: int) -> None:
+        stmt = update(t_outbox).where(t_outbox.c.id == notification_id).values(delivered_at=self._now())
+        with self._write() as conn:
+            conn.execute(stmt)
+
+    def defer(self, notification_id: int, *, until: datetime, error: str) -> None:
+        """Try again at ``until``; ``error`` is kept (shortened) for the operator."""
+        stmt = (
+            update(t_outbox)
+            .where(t_outbox.c.id == notification_id)
+            .values(attempts=t_outbox.c.attempts + 1, next_try_at=until, last_error=error[:1000])
+        )
+        with self._write() as conn:
+            conn.execute(stmt)
+
+    # -- meta -------------------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        with self._read() as conn:
+            return conn.execute(select(t_meta.c.value).where(t_meta.c.key == key)).scalar_one_or_none()
+
+    def set_meta(self, key: str, value: str) -> None:
+        try:
+            with self._write() as conn:
+                if conn.execute(update(t_meta).where(t_meta.c.key == key).values(value=value)).rowcount == 0:
+                    conn.execute(insert(t_meta).values(key=key, value=value))
+        except IntegrityError:  # another process inserted the key in between (not on SQLite: locked)
+            with self._write() as conn:
+                conn.execute(update(t_meta).where(t_meta.c.key == key).values(value=value))
+
+    # -- helpers ----------------------------------------------------------------------------------
+
+    def _now(self) -> datetime:
+        return self._clock.now()
+
+    def _settable(self, table: Any, fields: Mapping[str, Any]) -> dict[str, Any]:
+        unknown = set(fields) - {c.name for c in table.columns} | (set(fields) & _FIXED)
+        if unknown:
+            raise TypeError(f"cannot set {sorted(unknown)} on {table.name}")
+        values = {
+            k: (v.value if isinstance(v, (LineageStatus, AttemptStatus)) else v) for k, v in fields.items()
+        }
+        values.setdefault("updated_at", self._now())
+        return values
+
+    def _lineage(self, conn: Connection, row: Row[Any]) -> Lineage:
+        return _to_lineage(row, self._attempts_of(conn, [row.id]).get(row.id, ()))
+
+    def _attempts_of(self, conn: Connection, ids: list[str]) -> dict[str, tuple[Attempt, ...]]:
+        if not ids:
+            return {}
+        query = select(t_attempts).where(t_attempts.c.lineage_id.in_(ids)).order_by(t_attempts.c.number)
+        grouped: dict[str, list[Attempt]] = {}
+        for row in conn.execute(query):
+            grouped.setdefault(row.lineage_id, []).append(_to_attempt(row))
+        return {k: tuple(v) for k, v in grouped.items()}
+
+
+def _to_attempt(row: Row[Any]) -> Attempt:
+    return Attempt(
+        lineage_id=row.lineage_id,
+        number=row.number,
+        job_name=row.job_name,
+        instance_type=row.instance_type,
+        spot=bool(row.spot),
+        status=AttemptStatus(row.status),
+        remote_status=row.remote_status or "",
+        secondary_status=row.secondary_status or "",
+        failure_reason=row.failure_reason or "",
+        billable_seconds=row.billable_seconds,
+        training_seconds=row.training_seconds,
+        metrics={k: float(v) for k, v in (row.metrics or {}).items()},
+        model_artifacts=row.model_artifacts,
+        resumed_from_step=row.resumed_from_step,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        ended_at=row.ended_at,
+    )
+
+
+def _to_lineage(row: Row[Any], attempts: tuple[Attempt, ...]) -> Lineage:
+    return Lineage(
+        id=row.id,
+        spec=JobSpec.model_validate(row.spec),
+        backend=row.backend,
+        checkpoint_uri=row.checkpoint_uri,
+        status=LineageStatus(row.status),
+        launched_by=row.launched_by,
+        origin=row.origin,
+        channel=row.channel,
+        message_ts=row.message_ts,
+        schedule=row.schedule,
+        request_id=row.request_id,
+        estimated_usd=float(row.estimated_usd),
+        restarts=row.restarts,
+        next_relaunch_at=row.next_relaunch_at,
+        next_instance_type=row.next_instance_type,
+        next_spot=row.next_spot,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        attempts=attempts,
+    )
+
+
+def _make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    database = parsed.database or ""
+    memory = database in ("", ":memory:") or "mode=memory" in url
+    if not memory and not database.startswith("file:"):
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    # One shared connection for an in-memory database (each new one would be empty).
+    extra: dict[str, Any] = {"poolclass": StaticPool} if memory else {}
+    engine = create_engine(url, connect_args={"check_same_thread": False}, **extra)
+    _sqlite_pragmas(engine, wal=not memory)
+    return engine
+
+
+def _sqlite_pragmas(engine: Engine, *, wal: bool) -> None:
+    """WAL lets readers and one writer work at once across processes; busy_timeout makes a writer wait
+    for the lock instead of failing. pysqlite's own transaction handling is switched off so that BEGIN
+    is ours (SQLAlchemy's documented recipe): BEGIN IMMEDIATE for writes."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        if wal:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
+
+
+__all__ = [
+    "Attempt",
+    "AuditEntry",
+    "DuplicateLineage",
+    "Lineage",
+    "Notification",
+    "Store",
+]
