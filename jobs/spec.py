@@ -270,6 +270,13 @@ def spec_from_fields(fields: dict[str, Any], *, max_instances: int = DEFAULT_MAX
         raise SpecError(describe_validation_error(exc)) from None
 
 
+def _error_rank(error: Any) -> int:
+    """Missing model, dataset, task first; then wrong values; then missing derived fields (versions)."""
+    if error.get("type") != "missing":
+        return 3
+    return {"model": 0, "dataset": 1, "task": 2}.get(str((error.get("loc") or ("",))[0]), 4)
+
+
 _ERROR_TEXT = {
     "int_parsing": "takes a whole number",
     "int_type": "takes a whole number",
@@ -283,7 +290,8 @@ _ERROR_TEXT = {
 
 def describe_validation_error(exc: ValidationError) -> str:
     """The first problem pydantic found, as one sentence naming the field."""
-    error = exc.errors()[0]
+    errors = exc.errors()
+    error = min(errors, key=_error_rank)
     field = ".".join(str(part) for part in error.get("loc", ())) or "the job"
     kind = error.get("type", "")
     if kind == "missing":
