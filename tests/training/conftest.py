@@ -1,0 +1,68 @@
+"""Fixtures for the training scripts: a tiny BERT and generated channels, and a way to run the scripts
+as SageMaker does (`python train_qa.py ...` with training/ as the working directory)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from jobs.backends.offline_assets import LocalAssets, ensure_local_assets
+
+TRAINING_DIR = Path(__file__).resolve().parents[2] / "training"
+if str(TRAINING_DIR) not in sys.path:  # the scripts import their siblings as top-level modules
+    sys.path.insert(0, str(TRAINING_DIR))
+
+#: Small, fast settings shared by the runs (tiny BERT, short sequences).
+QA_FAST = ["--max_seq_length", "96", "--doc_stride", "32", "--per_device_train_batch_size", "16"]
+CLS_FAST = ["--max_seq_length", "64", "--per_device_train_batch_size", "32"]
+
+
+@pytest.fixture(scope="session")
+def assets(tmp_path_factory: pytest.TempPathFactory) -> LocalAssets:
+    return ensure_local_assets(tmp_path_factory.mktemp("trainbot-home"))
+
+
+def script_env(train: Path | None, test: Path | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SM_")}
+    env.update(TOKENIZERS_PARALLELISM="false", OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    if train is not None:
+        env["SM_CHANNEL_TRAIN"] = str(train)
+    if test is not None:
+        env["SM_CHANNEL_TEST"] = str(test)
+    env.update(extra)
+    return env
+
+
+def run_script(
+    script: str, args: Sequence[str], env: dict[str, str], timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, script, *args],
+        cwd=TRAINING_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def popen_script(script: str, args: Sequence[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, script, *args],
+        cwd=TRAINING_DIR,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def load_weights(model_dir: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(model_dir / "model.safetensors"))
