@@ -10,124 +10,33 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (
-    Connection,
-    Engine,
-    MetaData,
-    and_,
-    create_engine,
-    event,
-    exists,
-    func,
-    insert,
-    make_url,
-    not_,
-    select,
-    update,
-)
+from sqlalchemy import Connection, Engine, MetaData, and_, exists, func, insert, not_, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.pool import StaticPool
 
 from jobs.clock import Clock
 from jobs.errors import InvalidState, NotFound
 from jobs.records import Actor, AttemptStatus, LineageStatus
 from jobs.spec import JobSpec
+from jobs.store_records import Attempt, AuditEntry, Lineage, Notification, to_attempt, to_lineage
 from jobs.store_schema import attempts as t_attempts
 from jobs.store_schema import audit as t_audit
 from jobs.store_schema import lineages as t_lineages
+from jobs.store_schema import make_engine, migrations
 from jobs.store_schema import meta as t_meta
 from jobs.store_schema import metadata as _metadata
-from jobs.store_schema import migrations
 from jobs.store_schema import outbox as t_outbox
 from jobs.store_schema import schema_version as t_version
 
 log = logging.getLogger(__name__)
 
-#: How long a SQLite writer waits for another process's write lock before giving up.
-SQLITE_BUSY_TIMEOUT_MS = 30_000
-
 _ACTIVE_ATTEMPT = (AttemptStatus.LAUNCHING.value, AttemptStatus.RUNNING.value)
 _TERMINAL_LINEAGE = tuple(s.value for s in LineageStatus if s.is_terminal())
 # Columns a transition or update may set; identity, status and creation time are not among them.
 _FIXED = {"id", "status", "created_at", "lineage_id", "number", "job_name"}
-
-
-@dataclass(frozen=True)
-class Attempt:
-    lineage_id: str
-    number: int
-    job_name: str  # f"{lineage_id}-{number}"
-    instance_type: str
-    spot: bool
-    status: AttemptStatus
-    remote_status: str
-    secondary_status: str
-    failure_reason: str
-    billable_seconds: int | None
-    training_seconds: int | None
-    metrics: dict[str, float]
-    model_artifacts: str | None
-    resumed_from_step: int | None  # checkpoint step this attempt started from
-    created_at: datetime
-    updated_at: datetime
-    ended_at: datetime | None
-
-
-@dataclass(frozen=True)
-class Lineage:
-    id: str
-    spec: JobSpec
-    backend: str
-    checkpoint_uri: str
-    status: LineageStatus
-    launched_by: str  # Actor.user_id
-    origin: str  # Actor.via
-    channel: str | None  # where its card lives (thread parent)
-    message_ts: str | None
-    schedule: str | None
-    request_id: str | None
-    estimated_usd: float
-    restarts: int  # relaunches so far
-    next_relaunch_at: datetime | None
-    next_instance_type: str | None
-    next_spot: bool | None
-    created_at: datetime
-    updated_at: datetime
-    attempts: tuple[Attempt, ...]  # ordered by number
-
-    @property
-    def latest_attempt(self) -> Attempt | None:
-        return self.attempts[-1] if self.attempts else None
-
-
-@dataclass(frozen=True)
-class Notification:
-    id: int
-    kind: str
-    lineage_id: str | None
-    channel: str | None
-    payload: dict[str, Any]
-    dedup_key: str
-    attempts: int
-    next_try_at: datetime
-    created_at: datetime
-
-
-@dataclass(frozen=True)
-class AuditEntry:
-    id: int
-    at: datetime
-    user: str
-    via: str
-    action: str
-    target: str
-    detail: dict[str, Any]
 
 
 class DuplicateLineage(InvalidState):
@@ -137,7 +46,7 @@ class DuplicateLineage(InvalidState):
 class Store:
     def __init__(self, url: str, *, clock: Clock) -> None:
         self._clock = clock
-        self._engine = _make_engine(url)
+        self._engine = make_engine(url)
         self._sqlite = self._engine.dialect.name == "sqlite"
 
     @property
@@ -277,7 +186,7 @@ class Store:
         with self._read() as conn:
             rows = conn.execute(query).all()
             by_lineage = self._attempts_of(conn, [r.id for r in rows])
-            return [_to_lineage(r, by_lineage.get(r.id, ())) for r in rows]
+            return [to_lineage(r, by_lineage.get(r.id, ())) for r in rows]
 
     def transition_lineage(
         self, lineage_id: str, expected: Iterable[LineageStatus], new: LineageStatus, **fields: Any
@@ -366,7 +275,7 @@ class Store:
             row = conn.execute(select(t_attempts).where(t_attempts.c.job_name == job_name)).first()
         if row is None:
             raise NotFound(f"There is no training job {job_name!r}; `trainbot jobs` (or /jobs) lists them.")
-        return _to_attempt(row)
+        return to_attempt(row)
 
     def transition_attempt(
         self, job_name: str, expected: Iterable[AttemptStatus], new: AttemptStatus, **fields: Any
@@ -402,7 +311,7 @@ class Store:
             .order_by(t_attempts.c.created_at, t_attempts.c.id)
         )
         with self._read() as conn:
-            return [_to_attempt(r) for r in conn.execute(query)]
+            return [to_attempt(r) for r in conn.execute(query)]
 
     # -- audit ------------------------------------------------------------------------------------
 
@@ -533,7 +442,7 @@ class Store:
         return values
 
     def _lineage(self, conn: Connection, row: Row[Any]) -> Lineage:
-        return _to_lineage(row, self._attempts_of(conn, [row.id]).get(row.id, ()))
+        return to_lineage(row, self._attempts_of(conn, [row.id]).get(row.id, ()))
 
     def _attempts_of(self, conn: Connection, ids: list[str]) -> dict[str, tuple[Attempt, ...]]:
         if not ids:
@@ -541,97 +450,8 @@ class Store:
         query = select(t_attempts).where(t_attempts.c.lineage_id.in_(ids)).order_by(t_attempts.c.number)
         grouped: dict[str, list[Attempt]] = {}
         for row in conn.execute(query):
-            grouped.setdefault(row.lineage_id, []).append(_to_attempt(row))
+            grouped.setdefault(row.lineage_id, []).append(to_attempt(row))
         return {k: tuple(v) for k, v in grouped.items()}
 
 
-def _to_attempt(row: Row[Any]) -> Attempt:
-    return Attempt(
-        lineage_id=row.lineage_id,
-        number=row.number,
-        job_name=row.job_name,
-        instance_type=row.instance_type,
-        spot=bool(row.spot),
-        status=AttemptStatus(row.status),
-        remote_status=row.remote_status or "",
-        secondary_status=row.secondary_status or "",
-        failure_reason=row.failure_reason or "",
-        billable_seconds=row.billable_seconds,
-        training_seconds=row.training_seconds,
-        metrics={k: float(v) for k, v in (row.metrics or {}).items()},
-        model_artifacts=row.model_artifacts,
-        resumed_from_step=row.resumed_from_step,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        ended_at=row.ended_at,
-    )
-
-
-def _to_lineage(row: Row[Any], attempts: tuple[Attempt, ...]) -> Lineage:
-    return Lineage(
-        id=row.id,
-        spec=JobSpec.model_validate(row.spec),
-        backend=row.backend,
-        checkpoint_uri=row.checkpoint_uri,
-        status=LineageStatus(row.status),
-        launched_by=row.launched_by,
-        origin=row.origin,
-        channel=row.channel,
-        message_ts=row.message_ts,
-        schedule=row.schedule,
-        request_id=row.request_id,
-        estimated_usd=float(row.estimated_usd),
-        restarts=row.restarts,
-        next_relaunch_at=row.next_relaunch_at,
-        next_instance_type=row.next_instance_type,
-        next_spot=row.next_spot,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        attempts=attempts,
-    )
-
-
-def _make_engine(url: str) -> Engine:
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
-    database = parsed.database or ""
-    memory = database in ("", ":memory:") or "mode=memory" in url
-    if not memory and not database.startswith("file:"):
-        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    # One shared connection for an in-memory database (each new one would be empty).
-    extra: dict[str, Any] = {"poolclass": StaticPool} if memory else {}
-    engine = create_engine(url, connect_args={"check_same_thread": False}, **extra)
-    _sqlite_pragmas(engine, wal=not memory)
-    return engine
-
-
-def _sqlite_pragmas(engine: Engine, *, wal: bool) -> None:
-    """WAL lets readers and one writer work at once across processes; busy_timeout makes a writer wait
-    for the lock instead of failing. pysqlite's own transaction handling is switched off so that BEGIN
-    is ours (SQLAlchemy's documented recipe): BEGIN IMMEDIATE for writes."""
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        dbapi_conn.isolation_level = None
-        cursor = dbapi_conn.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        if wal:
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
-
-
-__all__ = [
-    "Attempt",
-    "AuditEntry",
-    "DuplicateLineage",
-    "Lineage",
-    "Notification",
-    "Store",
-]
+__all__ = ["Attempt", "AuditEntry", "DuplicateLineage", "Lineage", "Notification", "Store"]

@@ -1,4 +1,4 @@
-"""The store's tables and its versioned migrations.
+"""The store's tables, its versioned migrations, and the engine (SQLite tuned for two processes).
 
 Migrations are a small ordered scheme: each step has a version number and a function that takes an open
 connection; ``migrate`` runs every registered step that ``schema_version`` does not record yet, in version
@@ -8,7 +8,9 @@ tables. Another module adds its tables by declaring them on ``metadata`` and reg
     schedules = Table("schedules", metadata, Column("name", String(64), primary_key=True), ...)
     register_migration(2, "schedules table", lambda conn: schedules.create(conn))
 
-Register before ``Store.migrate()`` runs (at import of the module that owns the table).
+Register at import of the module that owns the table. ``migrate`` applies the steps that are *not recorded*,
+not just those above the highest one, so a step registered after an earlier ``migrate`` (a module imported
+late) is applied by the next ``migrate`` call; call it again after such an import.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (
@@ -25,6 +28,7 @@ from sqlalchemy import (
     Connection,
     DateTime,
     Dialect,
+    Engine,
     Float,
     ForeignKey,
     Index,
@@ -35,7 +39,11 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    create_engine,
+    event,
+    make_url,
 )
+from sqlalchemy.pool import StaticPool
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -191,3 +199,45 @@ def register_migration(version: int, name: str, apply: Callable[[Connection], An
 def migrations() -> list[Migration]:
     """Every registered step, in version order."""
     return [_MIGRATIONS[v] for v in sorted(_MIGRATIONS)]
+
+
+# -- engine ---------------------------------------------------------------------------------------
+
+#: How long a SQLite writer waits for another process's write lock before giving up.
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+def make_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, pool_pre_ping=True)
+    database = parsed.database or ""
+    memory = database in ("", ":memory:") or "mode=memory" in url
+    if not memory and not database.startswith("file:"):
+        Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    # One shared connection for an in-memory database (each new one would be empty).
+    extra: dict[str, Any] = {"poolclass": StaticPool} if memory else {}
+    engine = create_engine(url, connect_args={"check_same_thread": False}, **extra)
+    _sqlite_pragmas(engine, wal=not memory)
+    return engine
+
+
+def _sqlite_pragmas(engine: Engine, *, wal: bool) -> None:
+    """WAL lets readers and one writer work at once across processes; busy_timeout makes a writer wait
+    for the lock instead of failing. pysqlite's own transaction handling is switched off so that BEGIN
+    is ours (SQLAlchemy's documented recipe): BEGIN IMMEDIATE for writes."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        if wal:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
