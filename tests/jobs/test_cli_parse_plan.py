@@ -1,0 +1,62 @@
+"""`trainbot parse` and `trainbot plan` through the installed command: exit codes, stderr, JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TRAINBOT = Path(sys.executable).parent / "trainbot"
+pytestmark = pytest.mark.skipif(not TRAINBOT.exists(), reason="the trainbot command is not installed in this venv")
+
+
+def trainbot(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TRAINBOT_HOME": str(home), "TRAINBOT_BACKEND": "local"}
+    return subprocess.run([str(TRAINBOT), *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_parse_prints_the_spec(tmp_path: Path) -> None:
+    done = trainbot("parse", "bert-squad", "instances=4", "hp.run_name=two words", home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    spec = json.loads(done.stdout)
+    assert (spec["instance_count"], spec["distribution"], spec["max_wait"]) == (4, "data", None)
+    assert spec["hyperparameters"]["run_name"] == "two words"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["parse", "bert-sqad"], "did you mean bert-squad"),
+        (["parse", "bert-squad", "instanses=2"], "did you mean instances"),
+        (["parse"], "Type a preset"),
+        (["plan", "distilbert-spot", "max_wait=1m"], "max_wait"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
+    done = trainbot(*args, home=tmp_path)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert words in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+
+
+def test_plan_text(tmp_path: Path) -> None:
+    done = trainbot("plan", "bert-squad", home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for words in ("data parallel", "2 x ml.p3.16xlarge", "/hour", "worst case $", "expected $"):
+        assert words in done.stdout
+
+
+def test_plan_json(tmp_path: Path) -> None:
+    done = trainbot("plan", "distilbert-spot", "--json", home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plan = json.loads(done.stdout)
+    assert set(plan) >= {"spec", "estimator", "cost"}
+    assert plan["estimator"]["use_spot_instances"] is True
+    assert plan["estimator"]["max_wait"] == 3600
+    assert all("usd" in key for key in plan["cost"])
