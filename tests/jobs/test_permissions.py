@@ -103,3 +103,17 @@ def test_long_id_lists_are_shortened_in_messages() -> None:
     policy = AccessPolicy(allowed_channels=frozenset(f"C_{i:02d}" for i in range(12)))
     with pytest.raises(PermissionDenied, match="and 7 more"):
         policy.check_can_use(actor(channel="C_NOPE"))
+
+
+@pytest.mark.parametrize("via", ["cli", "console"])
+def test_the_operator_at_the_bots_own_terminal_passes_every_rule(via: str) -> None:
+    policy = AccessPolicy(frozenset({"U_ALICE"}), frozenset({"C_ML"}), frozenset({"U_ADMIN"}))
+    operator = actor("cli:root", None, via=via)
+    policy.check_can_use(operator)
+    policy.check_can_manage(operator, lineage("U_ALICE"))
+
+
+def test_a_slack_user_named_like_the_operator_gets_no_operator_powers() -> None:
+    policy = AccessPolicy(frozenset({"U_ALICE"}), frozenset(), frozenset({"U_ADMIN"}))
+    with pytest.raises(PermissionDenied):
+        policy.check_can_use(actor("cli:root", "C_ML", via="slack"))
