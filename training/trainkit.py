@@ -91,6 +91,14 @@ def _drop_sagemaker_args(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _cpu_only_multiprocess() -> bool:
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    import torch
+
+    return not torch.cuda.is_available()
+
+
 def parse_args(argv: Sequence[str], prog: str) -> tuple[ScriptArguments, Any]:
     """(script arguments, TrainingArguments). Raises UsageError for anything the user got wrong."""
     from transformers import HfArgumentParser, TrainingArguments
@@ -114,6 +122,9 @@ def parse_args(argv: Sequence[str], prog: str) -> tuple[ScriptArguments, Any]:
             args += [f"--{name}", *value]
     if "output_dir" not in given:
         args += ["--output_dir", os.environ.get("SM_MODEL_DIR", "output")]
+    if _cpu_only_multiprocess() and not given & {"use_cpu", "no_cuda"}:
+        # accelerate sets up DDP over gloo on a GPU-less machine only when told it is CPU training.
+        args += ["--use_cpu" if "use_cpu" in known else "--no_cuda", "True"]
     if "do_train" not in given and "do_eval" not in given and "do_predict" not in given:
         args += ["--do_train", "--do_eval"]
     try:
