@@ -1,0 +1,259 @@
+"""The bot's cards as Block Kit: the plan card, the launch card, job lists and the final report.
+
+Built only from `handlers.blocks` builders, so every card stays within Slack's limits whatever it holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from handlers import blocks as bk
+from handlers import texts
+from jobs.pricing import CostEstimate, cost_of, usd
+from jobs.spec import JobSpec
+from jobs.store import Attempt, Lineage
+
+ACTION_LAUNCH = "train.launch"
+ACTION_EDIT = "train.edit"
+ACTION_CANCEL = "train.cancel"
+ACTION_STOP = "job.stop"
+ACTION_DEPLOY = "job.deploy"
+EDIT_CALLBACK = "train.edit_submit"
+
+
+# ---------------------------------------------------------------- plan card
+
+
+def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
+    pairs = [
+        ("Task", spec.task),
+        ("Model", bk.escape(spec.model)),
+        ("Dataset", bk.escape(spec.train_data or spec.dataset)),
+        ("Instances", f"{spec.instance_count} x {spec.instance_type}"),
+        ("Distribution", spec.distribution),
+        ("Spot", "yes" if spec.spot else "no"),
+        ("Max run", duration(spec.max_run)),
+    ]
+    if spec.max_wait is not None:
+        pairs.append(("Max wait", duration(spec.max_wait)))
+    pairs.append(("Versions", f"transformers {spec.transformers_version}, pytorch {spec.pytorch_version}, "
+                              f"{spec.py_version}"))
+    if spec.hyperparameters:
+        hps = ", ".join(f"{k}={v}" for k, v in spec.hyperparameters.items())
+        pairs.append(("Hyperparameters", bk.escape(hps)))
+    return pairs
+
+
+def cost_lines(cost: CostEstimate, max_job_usd: float | None) -> list[str]:
+    lines = [texts.PLAN_COST.format(expected=usd(cost.expected_usd), worst=usd(cost.worst_case_usd),
+                                    hourly=usd(cost.spot_hourly_usd or cost.hourly_usd))]
+    if cost.spot_hourly_usd is not None and cost.spot_savings_pct is not None:
+        lines.append(texts.PLAN_SPOT.format(spot_cost=usd(cost.expected_usd), on_demand_cost=usd(cost.on_demand_usd),
+                                            pct=cost.spot_savings_pct, saved=usd(cost.spot_savings_usd or 0.0)))
+    if max_job_usd is not None:
+        lines.append(texts.PLAN_BUDGET.format(cap=usd(max_job_usd)))
+    return lines
+
+
+def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, scaling_note: str | None,
+              max_job_usd: float | None, spot_pct_if_on: float | None = None) -> list[bk.Block]:
+    """The ephemeral card /train answers with: spec, cost, spot savings, the backend's note, buttons."""
+    title = texts.PLAN_TITLE.format(model=spec.model, count=spec.instance_count, instance=spec.instance_type)
+    lines = cost_lines(cost, max_job_usd)
+    if not spec.spot and spot_pct_if_on:
+        lines.append(texts.PLAN_SPOT_OFF.format(pct=spot_pct_if_on))
+    body: list[bk.Block] = [bk.header(title), bk.context(texts.PLAN_COMMAND.format(command=bk.escape(command)))]
+    body += bk.fields(spec_pairs(spec))
+    body.append(bk.section("\n".join(lines)))
+    if scaling_note:
+        body.append(bk.context(texts.PLAN_SCALING.format(note=bk.escape(scaling_note))))
+    body.append(bk.actions([
+        bk.button(texts.BUTTON_LAUNCH, ACTION_LAUNCH, value, style="primary"),
+        bk.button(texts.BUTTON_EDIT, ACTION_EDIT, value),
+        bk.button(texts.BUTTON_CANCEL, ACTION_CANCEL, value),
+    ], block_id="plan"))
+    return bk.message(body, cut_note=texts.BLOCKS_CUT)
+
+
+def plan_fallback(spec: JobSpec, cost: CostEstimate) -> str:
+    return bk.fallback(texts.PLAN_FALLBACK.format(model=spec.model, count=spec.instance_count,
+                                                  instance=spec.instance_type, cost=usd(cost.expected_usd)))
+
+
+# ---------------------------------------------------------------- launch card
+
+
+def attempt_cost(attempt: Attempt, instance_count: int) -> float:
+    if not attempt.billable_seconds:
+        return 0.0
+    return cost_of(attempt.instance_type, instance_count, attempt.billable_seconds, attempt.spot)
+
+
+def cost_so_far(lineage: Lineage) -> float:
+    return sum(attempt_cost(a, lineage.spec.instance_count) for a in lineage.attempts)
+
+
+def status_word(status: str) -> str:
+    return texts.STATUS_WORDS.get(status, status)
+
+
+def attempt_line(attempt: Attempt) -> str:
+    market = "spot" if attempt.spot else "on-demand"
+    detail = f", {attempt.secondary_status}" if attempt.secondary_status else ""
+    return texts.ATTEMPT_LINE.format(number=attempt.number, instance=attempt.instance_type, market=market,
+                                     detail=detail)
+
+
+def launch_card(lineage: Lineage) -> tuple[str, list[bk.Block]]:
+    """The in-channel card of a lineage, updated in place: status, attempt, cost, Stop / Deploy."""
+    status = lineage.status.value
+    latest = lineage.latest_attempt
+    pairs = [
+        (texts.CARD_FIELDS["status"], status_word(status)),
+        (texts.CARD_FIELDS["attempt"], attempt_line(latest) if latest else "-"),
+        (texts.CARD_FIELDS["instances"], f"{lineage.spec.instance_count} x {lineage.spec.instance_type}"),
+        (texts.CARD_FIELDS["cost"], usd(cost_so_far(lineage))),
+        (texts.CARD_FIELDS["estimate"], usd(lineage.estimated_usd)),
+        (texts.CARD_FIELDS["launched_by"], mention(lineage.launched_by)),
+    ]
+    body: list[bk.Block] = [bk.header(texts.CARD_TITLE.format(lineage=lineage.id))]
+    body.append(bk.context(f"{bk.escape(lineage.spec.model)} on {bk.escape(lineage.spec.dataset)}",
+                           texts.CARD_THREAD_HINT))
+    body += bk.fields(pairs)
+    buttons = card_buttons(lineage)
+    if buttons:
+        body.append(bk.actions(buttons, block_id="card"))
+    text = texts.CARD_FALLBACK.format(lineage=lineage.id, status=status)
+    return bk.fallback(text), bk.message(body, cut_note=texts.BLOCKS_CUT)
+
+
+def card_buttons(lineage: Lineage) -> list[bk.Block]:
+    buttons = []
+    if not lineage.status.is_terminal():
+        buttons.append(stop_button(lineage.id))
+    if lineage.status.value == "completed":
+        buttons.append(bk.button(texts.BUTTON_DEPLOY, ACTION_DEPLOY, lineage.id, style="primary"))
+    return buttons
+
+
+def stop_button(lineage_id: str) -> bk.Block:
+    element = bk.button(texts.BUTTON_STOP, ACTION_STOP, lineage_id, style="danger")
+    element["confirm"] = {
+        "title": bk.plain(texts.CONFIRM_STOP_TITLE, 100),
+        "text": bk.plain(texts.CONFIRM_STOP_TEXT, 300),
+        "confirm": bk.plain(texts.CONFIRM_STOP_YES, 30),
+        "deny": bk.plain(texts.CONFIRM_NO, 30),
+        "style": "danger",
+    }
+    return element
+
+
+def launching_card(title: str) -> tuple[str, list[bk.Block]]:
+    """What the card shows between the Launch click and the backend's answer."""
+    body = [bk.header(title), bk.section(texts.CARD_LAUNCHING)]
+    return bk.fallback(f"{title}: {texts.CARD_LAUNCHING}"), body
+
+
+def refused_card(title: str, reason: str) -> tuple[str, list[bk.Block]]:
+    text = texts.REFUSED_CARD.format(reason=reason)
+    return bk.fallback(text), [bk.header(title), bk.section(text)]
+
+
+# ---------------------------------------------------------------- /jobs and /job
+
+
+def jobs_list(lineages: Sequence[Lineage], *, shown: int = 40) -> tuple[str, list[bk.Block]]:
+    if not lineages:
+        return texts.JOBS_EMPTY, [bk.section(texts.JOBS_EMPTY)]
+    body: list[bk.Block] = [bk.header(texts.JOBS_TITLE.format(count=len(lineages)))]
+    for lineage in lineages[:shown]:
+        spec = lineage.spec
+        body.append(bk.section(texts.JOBS_LINE.format(
+            lineage=lineage.id, status=status_word(lineage.status.value), model=bk.escape(spec.model),
+            count=spec.instance_count, instance=spec.instance_type, spot=" spot" if spec.spot else "",
+            estimate=usd(lineage.estimated_usd), user=lineage.launched_by)))
+    if len(lineages) > shown:
+        body.append(bk.context(texts.JOBS_MORE.format(count=len(lineages) - shown)))
+    text = texts.JOBS_TITLE.format(count=len(lineages))
+    return text, bk.message(body, cut_note=texts.BLOCKS_CUT)
+
+
+def job_detail(lineage: Lineage) -> tuple[str, list[bk.Block]]:
+    text, body = launch_card(lineage)
+    buttons = body.pop() if body and body[-1].get("type") == "actions" else None
+    lines = [texts.JOB_ATTEMPT_LINE.format(
+        job=a.job_name, status=a.status.value,
+        secondary=f" ({a.secondary_status})" if a.secondary_status else "",
+        reason=f": {bk.escape(a.failure_reason)}" if a.failure_reason else "",
+    ) for a in lineage.attempts]
+    if lines:
+        body.append(bk.section(f"*{texts.JOB_ATTEMPTS}*\n" + "\n".join(lines)))
+    body += bk.fields(spec_pairs(lineage.spec))
+    if buttons is not None:
+        body.append(buttons)
+    return text, bk.message(body, cut_note=texts.BLOCKS_CUT)
+
+
+# ---------------------------------------------------------------- notifications
+
+
+def report_blocks(lineage_id: str, report: dict[str, Any], summary: str) -> list[bk.Block]:
+    """The final report (jobs.reports.JobReport JSON): metrics, cost and savings, console links."""
+    body: list[bk.Block] = [bk.header(texts.REPORT_TITLE.format(lineage=lineage_id)), bk.section(bk.escape(summary))]
+    headline = report.get("headline") or {}
+    metrics = report.get("metrics") or {}
+    if isinstance(metrics, dict) and metrics:
+        shown = {**headline, **metrics} if isinstance(headline, dict) else metrics
+        body.append(bk.section(f"*{texts.REPORT_METRICS}*"))
+        body += bk.fields(list((bk.escape(str(k)), _number(v)) for k, v in shown.items())[: 2 * bk.MAX_FIELDS])
+    body += bk.fields(_cost_pairs(report))
+    links = report.get("links") or {}
+    if isinstance(links, dict) and links:
+        lines = "\n".join(link(str(k), str(v)) for k, v in links.items())
+        body.append(bk.section(f"*{texts.REPORT_LINKS}*\n{lines}"))
+    return bk.message(body, cut_note=texts.BLOCKS_CUT)
+
+
+def _cost_pairs(report: dict[str, Any]) -> list[tuple[str, str]]:
+    pairs = []
+    if isinstance(report.get("cost_usd"), int | float):
+        cost = usd(float(report["cost_usd"]))
+        on_demand = report.get("on_demand_usd")
+        if isinstance(on_demand, int | float) and report.get("spot_savings"):
+            cost += f" (on demand: {usd(float(on_demand))})"
+        pairs.append((texts.REPORT_COST, cost))
+    if report.get("spot_savings"):
+        pairs.append((texts.REPORT_SAVINGS, bk.escape(str(report["spot_savings"]))))
+    seconds = report.get("training_seconds")
+    if isinstance(seconds, int | float) and seconds:
+        pairs.append((texts.REPORT_DURATION, duration(int(seconds))))
+    attempts = report.get("attempts")
+    if isinstance(attempts, list) and len(attempts) > 1:
+        pairs.append((texts.REPORT_ATTEMPTS, str(len(attempts))))
+    return pairs
+
+
+def link(label: str, target: str) -> str:
+    if target.startswith(("http://", "https://")):
+        return f"<{target}|{bk.escape(label)}>"
+    return f"{bk.escape(label)}: `{bk.escape(target)}`"
+
+
+def _number(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return bk.escape(str(value))
+
+
+def mention(user: str) -> str:
+    return f"<@{user}>" if user and user[0] in "UW" else bk.escape(user or "-")
+
+
+def duration(seconds: int) -> str:
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds % 60 == 0 and seconds < 3 * 3600:
+        return f"{seconds // 60} min"
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours} h {rest // 60} min" if hours else f"{seconds} s"

@@ -1,0 +1,47 @@
+"""The narrow Chat port the handlers talk through; Slack (bot/slack_chat.py) and the console implement it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+
+class ChatUnavailable(Exception):
+    """The chat surface could not take the call (outage, rate limit past its retries, bad channel).
+
+    Adapters raise it instead of their library's errors; the outbox defers the notification and
+    tries again later, so a chat outage delays a message and never drops it.
+    """
+
+
+class Chat(Protocol):
+    def post(self, channel: str, text: str, *, blocks: list[dict] | None = None,
+             thread_ts: str | None = None) -> str:
+        """Post a message; returns its ts."""
+        ...
+
+    def update(self, channel: str, ts: str, text: str, *, blocks: list[dict] | None = None) -> None: ...
+
+    def post_ephemeral(self, channel: str, user: str, text: str, *,
+                       blocks: list[dict] | None = None) -> None: ...
+
+    def dm(self, user: str, text: str, *, blocks: list[dict] | None = None) -> None: ...
+
+    def upload_file(self, channel: str, path: Path, *, title: str, thread_ts: str | None = None) -> None: ...
+
+
+@runtime_checkable
+class ModalChat(Protocol):
+    """An optional extension: surfaces that have modals (Slack) implement it; the console does not."""
+
+    def open_modal(self, trigger_id: str, view: dict[str, Any]) -> None: ...
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a command handler answers at once (the ack)."""
+
+    text: str
+    blocks: list[dict] = field(default_factory=list)
+    ephemeral: bool = True

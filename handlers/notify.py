@@ -1,0 +1,184 @@
+"""Delivers the watcher's due outbox notifications into each lineage's thread.
+
+For each one: a thread reply rendered for its kind, the card redrawn in place, a DM to the launcher when
+the job failed or was given up on, and the loss-curve PNG with the final report. A chat error defers the
+notification with a backoff (the steps already done are remembered), so an outage delays and never drops.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from handlers import blocks as bk
+from handlers import cards, texts
+from handlers.chat import Chat, ChatUnavailable
+from handlers.context import Services
+from jobs import events
+from jobs.errors import NotFound
+from jobs.store import Lineage, Notification
+
+log = logging.getLogger(__name__)
+
+#: How long a Slack-launched lineage's updates wait for its card to be posted before going in without one.
+CARD_GRACE = timedelta(seconds=120)
+CARD_WAIT = timedelta(seconds=5)
+MAX_BACKOFF_SECONDS = 900.0
+PROGRESS_PREFIX = "notify:"
+_ICONS = {
+    events.STATE: ":small_blue_diamond:",
+    events.INTERRUPTED: ":pause_button:",
+    events.RELAUNCHED: ":recycle:",
+    events.FAILED: ":x:",
+    events.GAVE_UP: ":warning:",
+    events.COMPLETED: ":white_check_mark:",
+    events.STOPPED: ":octagonal_sign:",
+}
+
+
+class _NotYet(Exception):
+    """The lineage's card is being posted right now: try again shortly."""
+
+
+def deliver_due(services: Services, chat: Chat, *, limit: int = 20) -> int:
+    """Deliver what is due; returns how many were delivered (the rest are deferred)."""
+    delivered = 0
+    for notification in services.store.due_notifications(limit=limit):
+        if deliver_one(services, chat, notification):
+            delivered += 1
+    return delivered
+
+
+def deliver_one(services: Services, chat: Chat, notification: Notification) -> bool:
+    store = services.store
+    done = _progress(services, notification)
+    try:
+        _deliver(services, chat, notification, done)
+    except _NotYet:
+        store.defer(notification.id, until=services.clock.now() + CARD_WAIT, error="card not posted yet")
+        return False
+    except Exception as exc:
+        _defer(services, notification, done, exc)
+        return False
+    store.mark_delivered(notification.id)
+    return True
+
+
+def _defer(services: Services, notification: Notification, done: set[str], exc: Exception) -> None:
+    if isinstance(exc, ChatUnavailable):
+        log.warning("notification %s deferred: %s", notification.id, exc)
+    else:
+        log.exception("notification %s failed; deferred", notification.id)
+    delay = min(MAX_BACKOFF_SECONDS, 5.0 * 2 ** min(notification.attempts, 10))
+    services.store.set_meta(PROGRESS_PREFIX + str(notification.id), ",".join(sorted(done)))
+    services.store.defer(notification.id, until=services.clock.now() + timedelta(seconds=delay),
+                         error=bk.truncate(f"{type(exc).__name__}: {exc}", 500))
+
+
+def _progress(services: Services, notification: Notification) -> set[str]:
+    if notification.attempts == 0:
+        return set()
+    saved = services.store.get_meta(PROGRESS_PREFIX + str(notification.id)) or ""
+    return {step for step in saved.split(",") if step}
+
+
+def _step(done: set[str], name: str, call: Callable[[], object]) -> None:
+    if name in done:
+        return
+    call()
+    done.add(name)
+
+
+def _deliver(services: Services, chat: Chat, notification: Notification, done: set[str]) -> None:
+    lineage = _lineage_of(services, notification)
+    channel = (lineage.channel if lineage else None) or notification.channel
+    if channel is None:
+        log.info("notification %s has no chat to go to (launched outside one)", notification.id)
+        return
+    if lineage is not None and lineage.message_ts is None:
+        lineage = _with_card(services, chat, lineage, channel, done)
+    thread_ts = lineage.message_ts if lineage else None
+    payload = notification.payload
+    text, blocks = render(services, notification.kind, payload)
+    _step(done, "post", lambda: chat.post(channel, text, blocks=blocks, thread_ts=thread_ts))
+    if lineage is not None and lineage.message_ts:
+        fresh = services.store.get_lineage(lineage.id)
+        card_text, card_blocks = cards.launch_card(fresh)
+        _step(done, "card", lambda: chat.update(channel, str(lineage.message_ts), card_text, blocks=card_blocks))
+    if notification.kind in (events.FAILED, events.GAVE_UP) and lineage is not None:
+        _step(done, "dm", lambda: chat.dm(lineage.launched_by, dm_text(notification.kind, lineage, payload)))
+    png = payload.get("png_path")
+    if notification.kind == events.COMPLETED and png and Path(png).is_file():
+        title = texts.REPORT_PLOT_TITLE.format(lineage=payload.get("lineage_id", ""))
+        _step(done, "upload", lambda: chat.upload_file(channel, Path(png), title=title, thread_ts=thread_ts))
+
+
+def _lineage_of(services: Services, notification: Notification) -> Lineage | None:
+    if not notification.lineage_id:
+        return None
+    try:
+        return services.store.get_lineage(notification.lineage_id)
+    except NotFound:
+        log.warning("notification %s names an unknown lineage %s", notification.id, notification.lineage_id)
+        return None
+
+
+def _with_card(services: Services, chat: Chat, lineage: Lineage, channel: str, done: set[str]) -> Lineage:
+    """A lineage with no card yet: a Slack launch is posting it right now (wait a little); anything else
+    (a schedule, a launch whose card post failed) gets its card here, so its thread exists."""
+    young = services.clock.now() - lineage.created_at < CARD_GRACE
+    if lineage.origin == "slack" and young:
+        raise _NotYet
+    text, blocks = cards.launch_card(lineage)
+    ts = chat.post(channel, text, blocks=blocks)
+    services.jobs.attach_message(lineage.id, channel, ts)
+    done.add("card")
+    return services.store.get_lineage(lineage.id)
+
+
+# ---------------------------------------------------------------- rendering
+
+
+def render(services: Services, kind: str, payload: dict[str, Any]) -> tuple[str, list[bk.Block]]:
+    """The thread reply of one event: plain text (notifications) and Block Kit."""
+    summary = str(payload.get("text") or kind)
+    icon = _ICONS.get(kind, "")
+    line = f"{icon} {bk.escape(summary)}".strip()
+    if kind == events.COMPLETED:
+        report = payload.get("report") or {}
+        return bk.fallback(summary), cards.report_blocks(str(payload.get("lineage_id", "")), report, summary)
+    if kind == events.FAILED:
+        return bk.fallback(summary), [bk.section(line), *_log_blocks(services, payload)]
+    if kind == events.STATE:
+        return bk.fallback(summary), [bk.context(line)]
+    return bk.fallback(summary), [bk.section(line)]
+
+
+def _log_blocks(services: Services, payload: dict[str, Any]) -> list[bk.Block]:
+    lines = [str(line) for line in payload.get("log_tail") or []]
+    if not lines:
+        return []
+    logs = logs_link(services, payload.get("job_name"))
+    return [bk.code(lines, link=logs, cut_note=texts.LOG_CUT)]
+
+
+def logs_link(services: Services, job_name: object) -> str | None:
+    backend = services.backend
+    if backend is None or not isinstance(job_name, str):
+        return None
+    try:
+        link = backend.console_links(job_name).get("logs")
+    except Exception:
+        log.warning("no console links for %s", job_name)
+        return None
+    return link if link and link.startswith(("http://", "https://")) else None
+
+
+def dm_text(kind: str, lineage: Lineage, payload: dict[str, Any]) -> str:
+    reason = str(payload.get("reason") or "no reason given")
+    where = texts.THREAD_LINK.format(channel=lineage.channel) if lineage.channel else lineage.id
+    template = texts.FAILED_DM if kind == events.FAILED else texts.GAVE_UP_DM
+    return bk.fallback(template.format(lineage=lineage.id, reason=bk.escape(reason), link=where))

@@ -1,0 +1,144 @@
+"""Command name -> handler and action id -> button handler: one table that Slack and the console share.
+
+`run_command`, `run_action` and `run_submission` are where every `jobs.errors` exception becomes a
+one-sentence (ephemeral) reply; refusals are audited here; nothing else ever reaches a person.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from handlers import blocks as bk
+from handlers import cards, jobs, texts, train
+from handlers.chat import Reply
+from handlers.context import CommandContext
+from jobs.errors import PermissionDenied, TrainbotError
+
+log = logging.getLogger(__name__)
+
+CommandHandler = Callable[[CommandContext, str], Reply]
+ActionHandler = Callable[[CommandContext, str], "Reply | None"]
+SubmissionHandler = Callable[[CommandContext, dict[str, str]], Reply]
+
+# Handlers owned by other issues, looked up when called so this table never breaks on their absence.
+_LATE_COMMANDS = {
+    "deploy": ("handlers.endpoints", "handle_deploy", "Deploying"),
+    "predict": ("handlers.endpoints", "handle_predict", "Predicting"),
+    "undeploy": ("handlers.endpoints", "handle_undeploy", "Undeploying"),
+    "schedule": ("handlers.schedule", "handle_schedule", "Scheduling"),
+}
+
+
+def _late(module: str, name: str, feature: str) -> CommandHandler:
+    def call(ctx: CommandContext, text: str) -> Reply:
+        try:
+            handler = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            return Reply(text=texts.NOT_AVAILABLE.format(feature=feature))
+        reply: Reply = handler(ctx, text)
+        return reply
+
+    return call
+
+
+def _on_deploy(ctx: CommandContext, value: str) -> Reply | None:
+    return COMMANDS["deploy"](ctx, value)
+
+
+COMMANDS: dict[str, CommandHandler] = {
+    "train": train.handle_train,
+    "jobs": jobs.handle_jobs,
+    "job": jobs.handle_job,
+    "stop": jobs.handle_stop,
+    **{name: _late(*target) for name, target in _LATE_COMMANDS.items()},
+}
+
+ACTIONS: dict[str, ActionHandler] = {
+    cards.ACTION_LAUNCH: train.on_launch,
+    cards.ACTION_EDIT: train.on_edit,
+    cards.ACTION_CANCEL: train.on_cancel,
+    cards.ACTION_STOP: jobs.on_stop,
+    cards.ACTION_DEPLOY: _on_deploy,
+}
+
+SUBMISSIONS: dict[str, SubmissionHandler] = {
+    cards.EDIT_CALLBACK: train.on_edit_submitted,
+}
+
+SLASH_COMMANDS = tuple(f"/{name}" for name in COMMANDS)
+
+
+def run_command(ctx: CommandContext, name: str, text: str) -> Reply:
+    name = name.lstrip("/").lower()
+    handler = COMMANDS.get(name)
+    if handler is None:
+        return Reply(text=texts.UNKNOWN_COMMAND.format(name=bk.escape(name)))
+    try:
+        return handler(ctx, text)
+    except Exception as exc:
+        return reply_for_error(ctx, exc, name, text)
+
+
+def run_action(ctx: CommandContext, action_id: str, value: str) -> Reply | None:
+    handler = ACTIONS.get(action_id)
+    if handler is None:
+        return Reply(text=texts.UNKNOWN_ACTION)
+    try:
+        return handler(ctx, value)
+    except Exception as exc:
+        return reply_for_error(ctx, exc, action_id, value)
+
+
+def run_submission(ctx: CommandContext, callback_id: str, values: dict[str, str]) -> Reply:
+    """A modal submission. train.FieldErrors passes through, for the surface to show on the fields."""
+    handler = SUBMISSIONS.get(callback_id)
+    if handler is None:
+        return Reply(text=texts.UNKNOWN_ACTION)
+    try:
+        return handler(ctx, values)
+    except train.FieldErrors:
+        raise
+    except Exception as exc:
+        return reply_for_error(ctx, exc, callback_id, "")
+
+
+def reply_for_error(ctx: CommandContext, exc: Exception, action: str, target: str) -> Reply:
+    """The one place an exception becomes what a person reads (never a traceback, never a secret)."""
+    if isinstance(exc, PermissionDenied):
+        _audit_refusal(ctx, action, target, exc)
+    if isinstance(exc, TrainbotError):
+        log.info("%s by %s answered: %s", action, ctx.actor.user_id, type(exc).__name__)
+        return Reply(text=bk.truncate(exc.user_message(), bk.MAX_TEXT))
+    log.exception("%s by %s failed", action, ctx.actor.user_id)
+    return Reply(text=texts.UNEXPECTED_ERROR)
+
+
+def _audit_refusal(ctx: CommandContext, action: str, target: str, exc: PermissionDenied) -> None:
+    try:
+        ctx.services.store.audit(ctx.actor, f"{action}.refused", bk.truncate(target, 200),
+                                 {"reason": exc.message, "channel": ctx.channel_id})
+    except Exception:
+        log.exception("could not audit a refusal of %s", ctx.actor.user_id)
+
+
+@dataclass(frozen=True)
+class Button:
+    label: str
+    action_id: str
+    value: str
+
+
+def buttons(blocks: Iterable[bk.Block]) -> list[Button]:
+    """The buttons of a card, for surfaces that press them by label (the console)."""
+    return [
+        Button(label=element["text"]["text"], action_id=element["action_id"], value=element.get("value", ""))
+        for element in bk.buttons_in(blocks)
+    ]
+
+
+def find_button(blocks: Iterable[bk.Block], label: str) -> Button | None:
+    wanted = label.strip().lower()
+    return next((b for b in buttons(blocks) if b.label.lower() == wanted), None)

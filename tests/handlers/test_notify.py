@@ -1,0 +1,136 @@
+"""Outbox delivery: every event kind rendered into the lineage's thread, the card redrawn, DMs on failure,
+the report PNG uploaded; a chat outage defers (never drops) and a retry does not repeat what went out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from handlers.notify import deliver_due
+from jobs import events
+from jobs.store import Lineage
+from tests.handlers.fakes import ALICE, CHANNEL, World, make_world, walk_limits
+
+CARD_TS = "77.0001"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return make_world(tmp_path)
+
+
+def launched(world: World, *, card: bool = True) -> Lineage:
+    lineage = world.jobs.launch("distilbert-spot", actor=ALICE)
+    if card:
+        world.jobs.attach_message(lineage.id, CHANNEL, CARD_TS)
+    return world.jobs.get(lineage.id)
+
+
+def enqueue(world: World, lineage: Lineage, payload: dict, key: str | None = None) -> None:
+    world.store.enqueue(kind=payload["kind"], payload=payload, dedup_key=key or payload["kind"],
+                        lineage_id=lineage.id, channel=lineage.channel)
+
+
+def report(lineage: Lineage) -> dict:
+    return {"lineage_id": lineage.id, "status": "completed", "metrics": {"eval_accuracy": 0.91, "train_loss": 0.2},
+            "headline": {"accuracy": 0.91}, "cost_usd": 1.23, "on_demand_usd": 4.1, "spot_savings": "70%",
+            "training_seconds": 3600, "attempts": [{}, {}],
+            "links": {"job": "https://console.example/job", "logs": "https://console.example/logs",
+                      "model": "s3://bkt/model.tar.gz"}}
+
+
+def all_kinds(lineage: Lineage, png: Path) -> list[dict]:
+    job = f"{lineage.id}-1"
+    return [
+        events.state_line(lineage.id, job, "InProgress", "Training"),
+        events.interrupted(lineage.id, job, "ml.p3.2xlarge"),
+        events.relaunched(lineage.id, f"{lineage.id}-2", attempt=2, instance_type="ml.p3.2xlarge", spot=True,
+                          backoff_seconds=30, checkpoint_uri="s3://bkt/ck", resumed_from_step=40),
+        events.failed(lineage.id, job, "AlgorithmError: boom", [f"line {i}" for i in range(60)]),
+        events.gave_up(lineage.id, job, "no capacity", 5),
+        events.completed(lineage.id, job, report(lineage), str(png)),
+        events.stopped(lineage.id, job, "by U_ALICE"),
+    ]
+
+
+def test_each_kind_goes_into_the_thread_and_redraws_the_card(world: World, tmp_path: Path) -> None:
+    lineage = launched(world)
+    png = tmp_path / "curve.png"
+    png.write_bytes(b"\x89PNG fake")
+    for index, payload in enumerate(all_kinds(lineage, png)):
+        enqueue(world, lineage, payload, key=str(index))
+    assert deliver_due(world.services, world.chat) == 7
+    posts = world.chat.of("post")
+    assert len(posts) == 7 and all(p.thread_ts == CARD_TS and p.channel == CHANNEL for p in posts)
+    for post in posts:
+        walk_limits(post.blocks or [])
+    failed = json.dumps(posts[3].blocks)
+    assert "line 59" in failed and "AlgorithmError" in failed and "fake://logs" not in failed
+    completed = json.dumps(posts[5].blocks)
+    assert "Final report" in completed and "70%" in completed and "$1.23" in completed
+    assert "https://console.example/logs" in completed and "0.91" in completed
+    assert len(world.chat.of("update")) == 7 and all(u.ts == CARD_TS for u in world.chat.of("update"))
+    dms = world.chat.of("dm")
+    assert [d.user for d in dms] == ["U_ALICE", "U_ALICE"] and "failed" in dms[0].text
+    upload, = world.chat.of("upload")
+    assert upload.thread_ts == CARD_TS and upload.extra["path"] == png
+    assert world.store.due_notifications() == []
+
+
+def test_a_chat_outage_defers_and_never_drops(world: World) -> None:
+    lineage = launched(world)
+    enqueue(world, lineage, events.stopped(lineage.id, f"{lineage.id}-1"))
+    world.chat.failing.add("post")
+    assert deliver_due(world.services, world.chat) == 0
+    assert world.store.due_notifications() == []  # deferred into the future
+    world.chat.failing.clear()
+    world.clock.advance(3600)
+    assert deliver_due(world.services, world.chat) == 1
+    assert len(world.chat.of("post")) == 1
+
+
+def test_a_retry_does_not_repeat_what_already_went_out(world: World, tmp_path: Path) -> None:
+    lineage = launched(world)
+    png = tmp_path / "curve.png"
+    png.write_bytes(b"png")
+    enqueue(world, lineage, events.completed(lineage.id, f"{lineage.id}-1", report(lineage), str(png)))
+    world.chat.failing.add("upload")
+    assert deliver_due(world.services, world.chat) == 0
+    world.chat.failing.clear()
+    world.clock.advance(3600)
+    assert deliver_due(world.services, world.chat) == 1
+    assert len(world.chat.of("post")) == 1 and len(world.chat.of("upload")) == 1
+
+
+def test_updates_wait_for_a_card_being_posted_then_make_one(world: World) -> None:
+    lineage = launched(world, card=False)
+    enqueue(world, lineage, events.state_line(lineage.id, f"{lineage.id}-1", "InProgress", "Training"))
+    assert deliver_due(world.services, world.chat) == 0 and world.chat.said == []
+    world.clock.advance(600)
+    assert deliver_due(world.services, world.chat) == 1
+    card, reply = world.chat.of("post")
+    assert card.thread_ts is None and lineage.id in card.text and reply.thread_ts == card.ts
+    assert world.jobs.get(lineage.id).message_ts == card.ts
+
+
+def test_a_job_launched_outside_chat_is_not_posted(world: World) -> None:
+    from jobs.records import Actor
+
+    lineage = world.jobs.launch("distilbert-spot", actor=Actor("cli-user", via="cli"))
+    enqueue(world, lineage, events.stopped(lineage.id, f"{lineage.id}-1"))
+    assert deliver_due(world.services, world.chat) == 1 and world.chat.said == []
+
+
+def test_huge_log_tail_is_cut_with_a_link(tmp_path: Path) -> None:
+    world = make_world(tmp_path)
+    world.backend.console_links = lambda job: {"logs": "https://console.example/logs/x"}  # type: ignore[method-assign]
+    lineage = launched(world)
+    enqueue(world, lineage, events.failed(lineage.id, f"{lineage.id}-1", "x" * 5000, ["y" * 900] * 40))
+    deliver_due(world.services, world.chat)
+    post = world.chat.of("post")[0]
+    walk_limits(post.blocks or [])
+    flat = json.dumps(post.blocks)
+    assert "earlier lines cut" in flat and "https://console.example/logs/x" in flat
+    assert len(world.chat.of("dm")[0].text) <= 3000
