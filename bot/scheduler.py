@@ -40,7 +40,6 @@ log = logging.getLogger(__name__)
 JOB_TABLE = "apscheduler_jobs"
 JOB_PREFIX = "schedule:"
 #: A run missed while no scheduler was up still runs (once) when one returns within this many seconds.
-DEFAULT_MISFIRE_GRACE_SECONDS = 3600.0
 LEASE_SECONDS = 60.0  # a crashed leader is taken over this long after its last renewal
 RENEW_SECONDS = 15.0  # each cycle renews the lease and re-reads the schedules table
 FIRE_WORKERS = 2
@@ -192,7 +191,7 @@ class SchedulerRunner:
         self._renew = renew_seconds
         grace = misfire_grace_seconds
         if grace is None:
-            grace = float(getattr(settings, "trainbot_schedule_grace_seconds", DEFAULT_MISFIRE_GRACE_SECONDS))
+            grace = settings.trainbot_schedule_grace_seconds
         self._defaults = {"coalesce": True, "max_instances": 1, "misfire_grace_time": int(grace)}
         self.lease = lease or LeaderLease(schedules.engine, clock)
         self._jobstore = SQLAlchemyJobStore(engine=schedules.engine, tablename=JOB_TABLE)
