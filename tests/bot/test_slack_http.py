@@ -1,0 +1,200 @@
+"""The real Bolt app over HTTP (uvicorn, signed form-encoded requests) against the fake Slack on loopback."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlencode
+
+import pytest
+
+from bot.slack_app import create_app
+from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
+from handlers import cards, train
+from handlers.blocks import buttons_in
+from tests.handlers.fakes import World, make_world
+from tests.support.slack_api import (
+    BOT_TOKEN,
+    BackgroundWork,
+    HttpBot,
+    SlackApiServer,
+    block_action,
+    signed_headers,
+    slash_command,
+    view_submission,
+)
+
+SECRET = "test-signing-secret"
+
+
+@dataclass
+class Rig:
+    slack: SlackApiServer
+    world: World
+    bot: HttpBot
+    work: BackgroundWork
+
+    def settle(self) -> None:
+        self.work.settle()
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    slack = SlackApiServer().start()
+    work = BackgroundWork()
+    world = make_world(tmp_path, run_later=work, slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET,
+                       slack_api_url=slack.base_url, trainbot_allowed_users=("U_ALICE", "U_ADMIN"),
+                       trainbot_admins=("U_ADMIN",))
+    client = make_web_client(world.settings)
+    chat = SlackChat(client, pacer=ChannelPacer(0.0))
+    app = create_app(world.settings, world.services, client=client, chat=chat, http=True)
+    bot = HttpBot(app, secret=SECRET).start()
+    try:
+        yield Rig(slack, world, bot, work)
+    finally:
+        bot.stop()
+        work.shutdown()
+        slack.stop()
+
+
+def plan_card(rig: Rig, text: str = "bert-squad spot=yes", user: str = "U_ALICE") -> dict:
+    status, body = rig.bot.post(slash_command("/train", text, user=user, response_url=rig.slack.response_url()))
+    assert status == 200
+    return json.loads(body)
+
+
+def value_of(card: dict, action_id: str) -> str:
+    return next(b["value"] for b in buttons_in(card["blocks"]) if b["action_id"] == action_id)
+
+
+def test_train_acks_with_the_ephemeral_plan_card(rig: Rig) -> None:
+    card = plan_card(rig)
+    assert card["response_type"] == "ephemeral" and "bert-large" in card["text"]
+    assert [b["text"]["text"] for b in buttons_in(card["blocks"])] == ["Launch", "Edit", "Cancel"]
+    assert rig.world.backend.calls == []
+
+
+def test_launch_posts_the_card_in_channel_launches_and_updates_it(rig: Rig) -> None:
+    value = value_of(plan_card(rig), cards.ACTION_LAUNCH)
+    status, body = rig.bot.post(block_action(cards.ACTION_LAUNCH, value, response_url=rig.slack.response_url()))
+    assert status == 200 and body == ""
+    rig.slack.wait_calls("chat.update")
+    rig.slack.wait_calls("response")
+    rig.settle()
+    post, = rig.slack.calls_to("chat.postMessage")
+    assert post.params["channel"] == "C_ML" and post.token == f"Bearer {BOT_TOKEN}"
+    lineage = rig.world.jobs.list()[0]
+    update = rig.slack.calls_to("chat.update")[-1]
+    assert update.params["ts"] == lineage.message_ts and lineage.id in update.params["text"]
+    assert [b["text"]["text"] for b in buttons_in(update.params["blocks"])] == ["Stop"]
+    response, = rig.slack.calls_to("response")
+    assert response.params["replace_original"] is True and "Launching" in response.params["text"]
+    assert rig.world.backend.created == [f"{lineage.id}-1"]
+
+
+def test_double_clicks_and_retries_launch_once(rig: Rig) -> None:
+    value = value_of(plan_card(rig), cards.ACTION_LAUNCH)
+    click = block_action(cards.ACTION_LAUNCH, value, response_url=rig.slack.response_url())
+    with ThreadPoolExecutor(4) as clicks:
+        statuses = list(clicks.map(lambda _: rig.bot.post(click)[0], range(4)))
+    assert rig.bot.post(click, retry_num=1)[0] == 200
+    rig.slack.wait_calls("chat.update")
+    rig.settle()
+    assert statuses == [200] * 4
+    assert len(rig.world.backend.created) == 1 and len(rig.world.store.list_lineages()) == 1
+    assert len(rig.slack.calls_to("chat.postMessage")) == 1
+
+
+def test_a_retried_command_does_not_act_again(rig: Rig) -> None:
+    fields = slash_command("/stop", "nope", user="U_BOB")
+    status, body = rig.bot.post(fields, retry_num=2)
+    assert (status, body) == (200, "")
+    assert rig.world.store.audit_log() == []
+
+
+def test_strangers_are_refused_by_command_and_by_button(rig: Rig) -> None:
+    card = plan_card(rig, user="U_BOB")
+    assert "not allowed" in card["text"] and "blocks" not in card
+    value = value_of(plan_card(rig), cards.ACTION_LAUNCH)
+    status, _ = rig.bot.post(block_action(cards.ACTION_LAUNCH, value, user="U_BOB",
+                                          response_url=rig.slack.response_url()))
+    assert status == 200
+    response, = rig.slack.wait_calls("response")
+    assert "not allowed" in response.params["text"]
+    rig.settle()
+    assert rig.world.backend.calls_of("launch") == []
+    actions = sorted(e.action for e in rig.world.store.audit_log())
+    assert actions == [f"{cards.ACTION_LAUNCH}.refused", "train.refused"]
+
+
+def test_stop_button_on_the_card_answers_the_presser_alone(rig: Rig) -> None:
+    lineage = rig.world.jobs.launch("distilbert-spot", actor=rig.world.ctx().actor)
+    rig.world.jobs.attach_message(lineage.id, "C_ML", "1700000000.000001")
+    rig.bot.post(block_action(cards.ACTION_STOP, lineage.id, user="U_ADMIN", ephemeral=False))
+    rig.slack.wait_calls("chat.update")
+    ephemeral, = rig.slack.wait_calls("chat.postEphemeral")
+    assert ephemeral.params["user"] == "U_ADMIN" and "Stopping" in ephemeral.params["text"]
+    assert rig.world.backend.stopped == [f"{lineage.id}-1"]
+
+
+@pytest.mark.parametrize("tamper", ["wrong", "stale", "missing_ts", "empty_ts", "empty_sig", "junk_ts", "no_sig"])
+def test_bad_signatures_are_401_never_500(rig: Rig, tamper: str) -> None:
+    body = urlencode(slash_command("/train", "bert-squad"))
+    headers = signed_headers(SECRET, body)
+    if tamper == "wrong":
+        headers = signed_headers("another-secret", body)
+    elif tamper == "stale":
+        headers = signed_headers(SECRET, body, timestamp=int(time.time()) - 600)
+    elif tamper == "missing_ts":
+        del headers["X-Slack-Request-Timestamp"]
+    elif tamper == "empty_ts":
+        headers["X-Slack-Request-Timestamp"] = ""
+    elif tamper == "empty_sig":
+        headers["X-Slack-Signature"] = ""
+    elif tamper == "junk_ts":
+        headers["X-Slack-Request-Timestamp"] = "soon"
+    else:
+        del headers["X-Slack-Signature"]
+    status, _ = rig.bot.send(body, headers)
+    assert status == 401
+    assert rig.world.backend.calls == [] and rig.world.store.audit_log() == []
+
+
+def test_healthz_and_unknown_paths(rig: Rig) -> None:
+    assert rig.bot.send("", {}, path="/healthz", method="GET") == (200, '{"ok": true}')
+    assert rig.bot.send("", {}, path="/elsewhere", method="GET")[0] == 404
+
+
+def test_rate_limited_posts_are_retried_after_retry_after(rig: Rig) -> None:
+    rig.slack.rate_limit("chat.postMessage", times=1, retry_after=1)
+    value = value_of(plan_card(rig), cards.ACTION_LAUNCH)
+    rig.bot.post(block_action(cards.ACTION_LAUNCH, value, response_url=rig.slack.response_url()))
+    rig.slack.wait_calls("chat.update", timeout=15)
+    rig.settle()
+    first, second = rig.slack.calls_to("chat.postMessage")
+    assert second.at - first.at >= 0.9
+    assert rig.world.jobs.list()[0].message_ts is not None
+
+
+def test_edit_opens_a_modal_and_its_submission_validates_fields(rig: Rig) -> None:
+    value = value_of(plan_card(rig), cards.ACTION_EDIT)
+    rig.bot.post(block_action(cards.ACTION_EDIT, value, trigger_id="trig.edit"))
+    opened, = rig.slack.wait_calls("views.open")
+    assert opened.params["trigger_id"] == "trig.edit"
+    view = opened.params["view"]
+    values = {b["block_id"]: b["element"].get("initial_value", "") for b in view["blocks"]}
+    bad = dict(values, instance_count="lots")
+    status, body = rig.bot.post(view_submission(cards.EDIT_CALLBACK, bad, view["private_metadata"]))
+    answer = json.loads(body)
+    assert status == 200 and answer["response_action"] == "errors" and "lots" in answer["errors"]["instance_count"]
+    good = dict(values, instance_count="4")
+    status, body = rig.bot.post(view_submission(cards.EDIT_CALLBACK, good, view["private_metadata"]))
+    assert status == 200 and body == ""
+    ephemeral, = rig.slack.wait_calls("chat.postEphemeral")
+    assert "4 x ml.p3.16xlarge" in json.dumps(ephemeral.params["blocks"])
+    assert train.decode_value(rig.world.ctx(), value_of({"blocks": ephemeral.params["blocks"]},
+                                                       cards.ACTION_LAUNCH))[1].count("instance_count=4") == 1
