@@ -1,0 +1,181 @@
+"""The process behind a local endpoint: a saved model answering over HTTP on 127.0.0.1, as a SageMaker
+Hugging Face container does (``GET /ping``, ``POST /invocations`` with ``{"inputs": ...}``).
+
+Run as ``python -m jobs.backends.local_endpoint_server --model DIR --task TASK --state FILE``. It loads the
+model, binds a free loopback port, and only then writes ``{"port", "pid"}`` to FILE (atomically), so a
+reader never sees a port that does not answer. SIGTERM ends it.
+
+`Predictor` is the in-process model: question answering (transformers 5 has no question-answering
+pipeline, so the span search is done here, as the old pipeline did it) or a text-classification pipeline.
+torch and transformers are imported only inside it: the bot itself never loads them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+MAX_LENGTH = 384  # tokens a window of question + context
+STRIDE = 128  # overlap of context windows
+MAX_ANSWER_TOKENS = 30
+MAX_BODY = 1_000_000
+
+
+class Predictor:
+    """A saved model for one task, called with the inference toolkit's ``inputs`` value."""
+
+    def __init__(self, model_dir: Path, task: str) -> None:
+        self.task = task
+        if task == "question-answering":
+            self._answer = _QuestionAnswerer(model_dir)
+        else:
+            from transformers import pipeline
+
+            self._classify = pipeline("text-classification", model=str(model_dir), tokenizer=str(model_dir))
+
+    def __call__(self, inputs: Any) -> Any:
+        if self.task == "question-answering":
+            if not isinstance(inputs, dict) or not inputs.get("question") or not inputs.get("context"):
+                raise ValueError('question answering takes {"inputs": {"question": ..., "context": ...}}')
+            return self._answer(str(inputs["question"]), str(inputs["context"]))
+        if not isinstance(inputs, str | dict | list):
+            raise ValueError('text classification takes {"inputs": "some text"}')
+        result = self._classify(inputs)
+        return [{"label": r["label"], "score": float(r["score"])} for r in result]
+
+
+class _QuestionAnswerer:
+    def __init__(self, model_dir: Path) -> None:
+        from transformers import AutoModelForQuestionAnswering, AutoTokenizer
+
+        self._tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self._model = AutoModelForQuestionAnswering.from_pretrained(str(model_dir)).eval()
+
+    def __call__(self, question: str, context: str) -> dict[str, Any]:
+        import torch
+
+        encoded = self._tokenizer(
+            question,
+            context,
+            truncation="only_second",
+            max_length=MAX_LENGTH,
+            stride=STRIDE,
+            return_overflowing_tokens=True,
+            return_offsets_mapping=True,
+            padding=True,
+            return_tensors="pt",
+        )
+        offsets = encoded.pop("offset_mapping")
+        encoded.pop("overflow_to_sample_mapping", None)
+        with torch.inference_mode():
+            output = self._model(**encoded)
+        best: tuple[float, int, int] = (-1.0, 0, 0)
+        for window in range(offsets.shape[0]):
+            in_context = torch.tensor([s == 1 for s in encoded.sequence_ids(window)])
+            found = _best_span(
+                output.start_logits[window], output.end_logits[window], in_context, offsets[window]
+            )
+            best = max(best, found)
+        score, start, end = best
+        return {"score": score, "start": start, "end": end, "answer": context[start:end]}
+
+
+def _best_span(start_logits: Any, end_logits: Any, in_context: Any, offsets: Any) -> tuple[float, int, int]:
+    """The most likely context span of at most MAX_ANSWER_TOKENS: (probability, start char, end char)."""
+    import torch
+
+    mask = torch.where(in_context, 0.0, float("-inf"))
+    starts = torch.softmax(start_logits + mask, dim=-1)
+    ends = torch.softmax(end_logits + mask, dim=-1)
+    scores = torch.triu(starts[:, None] * ends[None, :]).tril(MAX_ANSWER_TOKENS - 1)
+    flat = int(torch.argmax(scores))
+    first, last = divmod(flat, scores.shape[1])
+    return float(scores[first, last]), int(offsets[first][0]), int(offsets[last][1])
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive: a client may send many requests on one connection
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        if self.path == "/ping":
+            self._send(HTTPStatus.OK, {"status": "ok", "task": self.server.predictor.task})
+        else:
+            self._send(HTTPStatus.NOT_FOUND, {"error": "GET /ping or POST /invocations"})
+
+    def do_POST(self) -> None:  # noqa: N802
+        if self.path != "/invocations":
+            self._send(HTTPStatus.NOT_FOUND, {"error": "POST /invocations"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        if length <= 0 or length > MAX_BODY:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": f"send a JSON body of 1 to {MAX_BODY} bytes"})
+            return
+        try:
+            inputs = json.loads(self.rfile.read(length))["inputs"]
+            with self.server.lock:
+                answer = self.server.predictor(inputs)
+        except (ValueError, KeyError, TypeError) as exc:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc) or type(exc).__name__})
+            return
+        self._send(HTTPStatus.OK, answer)
+
+    def _send(self, status: HTTPStatus, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        logger.debug("%s " + format, self.address_string(), *args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, predictor: Predictor) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.predictor = predictor
+        self.lock = threading.Lock()  # one model call at a time; torch uses the cores within it
+
+
+def _write_state(path: Path, port: int) -> None:
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps({"port": port, "pid": os.getpid()}))
+    os.replace(staging, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--model", type=Path, required=True)
+    parser.add_argument("--task", required=True, choices=("question-answering", "text-classification"))
+    parser.add_argument("--state", type=Path, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    server = _Server(Predictor(args.model, args.task))
+    port = int(server.server_address[1])
+    _write_state(args.state, port)
+    logger.info("serving %s (%s) on http://127.0.0.1:%d/invocations", args.model, args.task, port)
+    try:
+        server.serve_forever(poll_interval=0.2)
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

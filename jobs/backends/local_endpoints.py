@@ -1,0 +1,195 @@
+"""Local endpoints: a completed local job's model served by its own process over HTTP on 127.0.0.1, with
+SageMaker's status words, so `/deploy`, `/predict` and `/undeploy` work the same without AWS.
+
+Each endpoint is a folder `home/local-endpoints/<name>/`: `endpoint.json` (what was asked, the pid),
+`server.json` (written by the server once it answers: its port), `server.log`. The server runs detached
+in its own session (the local training runner starts it), so a restarted bot finds it through the folder.
+
+Status: process alive and `server.json` there -> InService; alive without it -> Creating (loading the
+model); process gone -> Failed with the log's last line. Undeploy stops the process and removes the folder.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
+from jobs.backends.local_state import tail_lines
+from jobs.clock import Clock
+from jobs.endpoint_port import DeployRequest, EndpointAccess, RemoteEndpoint
+from jobs.errors import BackendError, BadInput, NotFound
+
+logger = logging.getLogger(__name__)
+
+SERVER_MODULE = "jobs.backends.local_endpoint_server"
+STOP_WAIT_SECONDS = 5.0
+INVOKE_TIMEOUT_SECONDS = 60.0
+
+
+class LocalEndpoints:
+    """`EndpointBackend` on local processes (see the module docstring)."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        home: Path,
+        clock: Clock,
+        *,
+        runner: ProcessRunner | None = None,
+        python: str = sys.executable,
+    ) -> None:
+        self._root = Path(home) / "local-endpoints"
+        self._clock = clock
+        self._runner = runner or SubprocessRunner()
+        self._python = python
+
+    # -- deploy ------------------------------------------------------------------------------------
+
+    def deploy(self, request: DeployRequest) -> None:
+        model = Path(request.model_data)
+        if not (model / "config.json").is_file():
+            raise BackendError(
+                f"The model folder {model} of this job is gone or incomplete, so it cannot be served: "
+                "train the job again."
+            )
+        folder = self._root / request.name
+        if self._pid(folder) is not None and self._alive(folder):
+            raise BackendError(
+                f"A local endpoint named {request.name} is already running: `/undeploy {request.name}` first."
+            )
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        argv = [self._python, "-m", SERVER_MODULE, "--model", str(model), "--task", request.task]
+        argv += ["--state", str(folder / "server.json")]
+        env = {
+            **os.environ,
+            "TOKENIZERS_PARALLELISM": "false",
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        try:
+            pid = self._runner.spawn(argv, env=env, cwd=folder, log_path=folder / "server.log")
+        except OSError as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise BackendError(f"Could not start the local endpoint {request.name}: {exc}.") from exc
+        record = {
+            "name": request.name,
+            "model": str(model),
+            "task": request.task,
+            "pid": pid,
+            "created_at": self._clock.now().isoformat(),
+        }
+        (folder / "endpoint.json").write_text(json.dumps(record, indent=1))
+        logger.info("started local endpoint %s (pid %d) for %s", request.name, pid, model)
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def describe(self, name: str) -> RemoteEndpoint:
+        folder = self._folder(name)
+        if not self._alive(folder):
+            return RemoteEndpoint(name, "Failed", self._failure(folder))
+        if self._port(folder) is None:
+            return RemoteEndpoint(name, "Creating")
+        return RemoteEndpoint(name, "InService")
+
+    def _failure(self, folder: Path) -> str:
+        lines = [line for line in tail_lines(folder / "server.log", 40) if line.strip()]
+        last = lines[-1].strip() if lines else "no output"
+        return f"the local endpoint process exited ({last}); the full log is {folder / 'server.log'}"
+
+    # -- delete ------------------------------------------------------------------------------------
+
+    def delete(self, name: str) -> None:
+        folder = self._root / name
+        pid = self._pid(folder)
+        if pid is not None and self._alive(folder):
+            self._runner.signal_group(pid, SIGTERM)
+            deadline = time.monotonic() + STOP_WAIT_SECONDS
+            while self._alive(folder) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self._alive(folder):
+                self._runner.signal_group(pid, SIGKILL)
+        shutil.rmtree(folder, ignore_errors=True)
+        logger.info("removed local endpoint %s", name)
+
+    # -- invoke ------------------------------------------------------------------------------------
+
+    def invoke(self, name: str, payload: dict[str, Any]) -> Any:
+        folder = self._folder(name)
+        port = self._port(folder)
+        if port is None:
+            raise BackendError(
+                f"Local endpoint {name} is still loading its model: try again in a few seconds."
+            )
+        body = json.dumps(payload).encode()
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=INVOKE_TIMEOUT_SECONDS)
+        try:
+            connection.request(
+                "POST", "/invocations", body=body, headers={"Content-Type": "application/json"}
+            )
+            response = connection.getresponse()
+            status, data = response.status, response.read()
+        except OSError as exc:
+            raise BackendError(
+                f"Local endpoint {name} did not answer on port {port} ({exc}): `/undeploy {name}` and deploy again."
+            ) from exc
+        finally:
+            connection.close()
+        answer = json.loads(data or b"null")
+        if status == 400:
+            raise BadInput(f"Endpoint {name} refused the inputs: {answer.get('error', 'bad request')}.")
+        if status != 200:
+            raise BackendError(f"Local endpoint {name} failed (HTTP {status}); see {folder / 'server.log'}.")
+        return answer
+
+    # -- links -------------------------------------------------------------------------------------
+
+    def access(self, name: str) -> EndpointAccess:
+        folder = self._root / name
+        port = self._port(folder)
+        url = f"http://127.0.0.1:{port}/invocations" if port else "http://127.0.0.1:<port>/invocations"
+        return EndpointAccess(console_url=str(folder / "server.log"), invocation_url=url)
+
+    # -- the folder --------------------------------------------------------------------------------
+
+    def _folder(self, name: str) -> Path:
+        folder = self._root / name
+        if not (folder / "endpoint.json").is_file():
+            raise NotFound(f"There is no local endpoint named {name!r}: /deploy the job again.")
+        return folder
+
+    @staticmethod
+    def _pid(folder: Path) -> int | None:
+        try:
+            return int(json.loads((folder / "endpoint.json").read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    @staticmethod
+    def _port(folder: Path) -> int | None:
+        try:
+            return int(json.loads((folder / "server.json").read_text())["port"])
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def _alive(self, folder: Path) -> bool:
+        pid = self._pid(folder)
+        return pid is not None and self._runner.is_alive(pid) and _is_our_server(pid, folder)
+
+
+def _is_our_server(pid: int, folder: Path) -> bool:
+    """After a reboot a pid can belong to another program: it is ours only if it serves this folder."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return True  # no /proc (macOS): trust the pid
+    return str(folder / "server.json") in command

@@ -1,0 +1,235 @@
+"""SageMaker hosting for `jobs.endpoint_port.EndpointBackend`: the SDK's `HuggingFaceModel` deployed with
+`wait=False` (real-time instances or serverless inference), read back and removed with plain boto3 calls,
+asked through sagemaker-runtime with the Hugging Face inference toolkit's JSON (``{"inputs": ...}``).
+
+Sessions, retries, timeouts and error translation are the SageMaker training backend's own
+(`sagemaker_session`, `aws_errors`), so both back ends behave the same way when AWS misbehaves.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from jobs.backends.aws_errors import AwsContext, aws_errors, error_code, error_message, is_not_found
+from jobs.backends.sagemaker_session import (
+    MAX_ATTEMPTS,
+    _quiet_sdk_import,
+    build_sdk_session,
+    client_config,
+    endpoint_of,
+    make_boto_session,
+)
+from jobs.endpoint_port import DeployRequest, EndpointAccess, RemoteEndpoint
+from jobs.errors import BackendError, ConfigError, NotFound
+from jobs.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+#: Invocations may take longer than control-plane calls: the first request loads the model.
+INVOKE_READ_TIMEOUT_S = 60
+
+
+class SageMakerEndpoints:
+    """`EndpointBackend` on SageMaker real-time and serverless endpoints."""
+
+    name = "sagemaker"
+
+    def __init__(
+        self,
+        boto_session: boto3.Session,
+        *,
+        role_arn: str,
+        bucket: str,
+        region: str | None = None,
+        max_attempts: int = MAX_ATTEMPTS,
+    ) -> None:
+        if not role_arn:
+            raise ConfigError("No SageMaker execution role is set: set TRAINBOT_ROLE_ARN to the role's ARN.")
+        self.region = region or boto_session.region_name or ""
+        if not self.region:
+            raise ConfigError("No AWS region is set: set AWS_DEFAULT_REGION (e.g. us-east-1).")
+        self._boto = boto_session
+        self._role_arn = role_arn
+        self._bucket = bucket
+        self._config = client_config(max_attempts)
+        self._sm = boto_session.client("sagemaker", region_name=self.region, config=self._config)
+        runtime_config = self._config.merge(Config(read_timeout=INVOKE_READ_TIMEOUT_S))
+        self._runtime = boto_session.client(
+            "sagemaker-runtime", region_name=self.region, config=runtime_config
+        )
+        self._sdk_session: Any = None
+        self._sdk_lock = threading.Lock()
+
+    # -- deploy ------------------------------------------------------------------------------------
+
+    def deploy(self, request: DeployRequest) -> None:
+        ctx = self._ctx(f"deploy endpoint {request.name}")
+        with aws_errors(ctx, sdk=True):
+            model = self._model(request)
+            try:
+                model.deploy(**deploy_arguments(request))
+            except ClientError as exc:
+                if "already exist" in error_message(exc).lower():
+                    raise BackendError(
+                        f"SageMaker already has an endpoint or endpoint config named {request.name}: "
+                        f"`/undeploy {request.name}`, or deploy with another name=."
+                    ) from exc
+                raise
+        logger.info("asked SageMaker for endpoint %s (model %s)", request.name, request.model_name)
+
+    def _model(self, request: DeployRequest) -> Any:
+        _quiet_sdk_import()
+        from sagemaker.huggingface import HuggingFaceModel  # imported on first deploy: about a second
+
+        return HuggingFaceModel(
+            **model_arguments(request, role=self._role_arn), sagemaker_session=self._session()
+        )
+
+    def _session(self) -> Any:
+        with self._sdk_lock:
+            if self._sdk_session is None:
+                with aws_errors(self._ctx("set up the SageMaker session"), sdk=True):
+                    self._sdk_session = build_sdk_session(
+                        self._boto, bucket=self._bucket, config=self._config
+                    )
+            return self._sdk_session
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def describe(self, name: str) -> RemoteEndpoint:
+        with aws_errors(self._ctx(f"describe endpoint {name}")):
+            response = self._describe(name)
+        if response is None:
+            raise NotFound(f"SageMaker has no endpoint named {name!r} in {self.region}: check the name.")
+        return RemoteEndpoint(
+            name=name,
+            status=str(response.get("EndpointStatus", "")),
+            failure_reason=str(response.get("FailureReason", "")),
+            last_modified=response.get("LastModifiedTime"),
+        )
+
+    def _describe(self, name: str) -> dict[str, Any] | None:
+        try:
+            response: dict[str, Any] = self._sm.describe_endpoint(EndpointName=name)
+        except ClientError as exc:
+            if is_not_found(exc):
+                return None
+            raise
+        return response
+
+    # -- delete ------------------------------------------------------------------------------------
+
+    def delete(self, name: str) -> None:
+        """The endpoint, then its config; the model stays (a redeploy or a rollback can use it)."""
+        with aws_errors(self._ctx(f"delete endpoint {name}")):
+            found = self._describe(name)
+            config = str(found["EndpointConfigName"]) if found else name
+            if found is not None:
+                self._ignore_missing(lambda: self._sm.delete_endpoint(EndpointName=name))
+            self._ignore_missing(lambda: self._sm.delete_endpoint_config(EndpointConfigName=config))
+        logger.info("deleted endpoint %s and its config %s", name, config)
+
+    @staticmethod
+    def _ignore_missing(call: Any) -> None:
+        try:
+            call()
+        except ClientError as exc:
+            if not is_not_found(exc):
+                raise
+
+    # -- invoke ------------------------------------------------------------------------------------
+
+    def invoke(self, name: str, payload: dict[str, Any]) -> Any:
+        with aws_errors(self._ctx(f"ask endpoint {name}")):
+            try:
+                response = self._runtime.invoke_endpoint(
+                    EndpointName=name,
+                    ContentType="application/json",
+                    Accept="application/json",
+                    Body=json.dumps(payload).encode(),
+                )
+            except ClientError as exc:
+                raise _invoke_error(name, exc) from exc
+        body = response["Body"].read()
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise BackendError(
+                f"Endpoint {name} answered with something that is not JSON ({body[:80]!r}): check that it serves "
+                "a Hugging Face model."
+            ) from None
+
+    # -- links -------------------------------------------------------------------------------------
+
+    def access(self, name: str) -> EndpointAccess:
+        region = self.region
+        return EndpointAccess(
+            console_url=f"https://{region}.console.aws.amazon.com/sagemaker/home?region={region}#/endpoints/{name}",
+            invocation_url=f"https://runtime.sagemaker.{region}.amazonaws.com/endpoints/{name}/invocations",
+            region=region,
+        )
+
+    def _ctx(self, action: str) -> AwsContext:
+        return AwsContext(
+            action=action, endpoint=endpoint_of(self._sm), role_arn=self._role_arn, bucket=self._bucket
+        )
+
+
+def model_arguments(request: DeployRequest, *, role: str) -> dict[str, Any]:
+    """HuggingFaceModel's arguments: the job's model.tar.gz, the inference image's versions, the task."""
+    arguments: dict[str, Any] = {
+        "model_data": request.model_data,
+        "role": role,
+        "name": request.model_name,
+        "env": {"HF_TASK": request.task},
+    }
+    if request.framework is None:
+        raise BackendError(f"No inference framework was chosen for {request.name}; this is a bug in the bot.")
+    arguments.update(
+        transformers_version=request.framework.transformers,
+        pytorch_version=request.framework.pytorch,
+        py_version=request.framework.py,
+    )
+    return arguments
+
+
+def deploy_arguments(request: DeployRequest) -> dict[str, Any]:
+    """HuggingFaceModel.deploy's arguments; never waits for the endpoint."""
+    arguments: dict[str, Any] = {"endpoint_name": request.name, "wait": False}
+    if request.serverless:
+        from sagemaker.serverless import ServerlessInferenceConfig
+
+        arguments["serverless_inference_config"] = ServerlessInferenceConfig(
+            memory_size_in_mb=request.memory_mb, max_concurrency=request.max_concurrency
+        )
+    else:
+        arguments.update(initial_instance_count=request.instance_count, instance_type=request.instance_type)
+    return arguments
+
+
+def _invoke_error(name: str, exc: ClientError) -> Exception:
+    code, message = error_code(exc), error_message(exc) or "no reason given"
+    if is_not_found(exc):
+        return NotFound(f"SageMaker has no endpoint named {name!r} any more: /deploy the job again.")
+    if code == "ModelError":
+        return BackendError(f"The model behind {name} failed on this input ({message}): check the inputs.")
+    return exc
+
+
+def from_settings(settings: Settings) -> SageMakerEndpoints:
+    """Built from the bot's settings exactly as the training backend is: the standard AWS chain (and
+    AWS_ENDPOINT_URL), TRAINBOT_ROLE_ARN, TRAINBOT_BUCKET, AWS_DEFAULT_REGION."""
+    region = settings.aws_region or None
+    return SageMakerEndpoints(
+        make_boto_session(region),
+        role_arn=settings.trainbot_role_arn,
+        bucket=settings.trainbot_bucket,
+        region=region,
+    )

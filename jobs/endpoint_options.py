@@ -1,0 +1,229 @@
+"""What `/deploy` and `/predict` take: deploy options, the inference framework a job can run on, endpoint
+names, prediction inputs and answers. Pure functions; every refusal is a sentence a person can act on.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from jobs import versions
+from jobs.endpoint_port import Framework
+from jobs.errors import BadInput
+
+DEFAULT_INSTANCE_TYPE = "ml.g4dn.xlarge"  # a small GPU, the cheapest common one for HF models
+MAX_INSTANCE_COUNT = 10
+SERVERLESS_MEMORY_MB = (1024, 2048, 3072, 4096, 5120, 6144)
+DEFAULT_MEMORY_MB = 2048
+DEFAULT_MAX_CONCURRENCY = 5
+MAX_CONCURRENCY = 200
+MAX_NAME = 63  # SageMaker's EndpointName limit
+ENDPOINT_SUFFIX = "-ep"
+
+_INSTANCE = re.compile(r"ml\.[a-z0-9]+\.[a-z0-9]+")
+_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
+_TRUE = frozenset({"yes", "true", "on", "1"})
+_FALSE = frozenset({"no", "false", "off", "0"})
+_KEYS = ("instance_type", "instance_count", "serverless", "memory_mb", "max_concurrency", "name")
+_ALIASES = {"instances": "instance_count", "memory": "memory_mb", "endpoint": "name"}
+
+
+@dataclass(frozen=True)
+class DeployOptions:
+    instance_type: str = DEFAULT_INSTANCE_TYPE
+    instance_count: int = 1
+    serverless: bool = False
+    memory_mb: int = DEFAULT_MEMORY_MB
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    name: str | None = None
+
+
+def parse_options(options: dict[str, str]) -> DeployOptions:
+    """`instance_type=`, `instance_count=` (`instances=`), `serverless=yes`, `memory_mb=`, `max_concurrency=`,
+    `name=`; memory_mb or max_concurrency alone imply serverless."""
+    given = {_canonical(key): value.strip() for key, value in options.items()}
+    serverless = (
+        _bool(given["serverless"], "serverless")
+        if "serverless" in given
+        else ("memory_mb" in given or "max_concurrency" in given)
+    )
+    if not serverless and ("memory_mb" in given or "max_concurrency" in given):
+        raise BadInput(
+            "memory_mb= and max_concurrency= apply to serverless endpoints only: add serverless=yes."
+        )
+    if serverless and ("instance_type" in given or "instance_count" in given):
+        raise BadInput(
+            "A serverless endpoint has no instances: drop instance_type=/instance_count=, or drop serverless=yes."
+        )
+    return DeployOptions(
+        instance_type=_instance_type(given.get("instance_type", DEFAULT_INSTANCE_TYPE)),
+        instance_count=_bounded(given.get("instance_count", "1"), "instance_count", 1, MAX_INSTANCE_COUNT),
+        serverless=serverless,
+        memory_mb=_memory(given.get("memory_mb", str(DEFAULT_MEMORY_MB))),
+        max_concurrency=_bounded(
+            given.get("max_concurrency", str(DEFAULT_MAX_CONCURRENCY)), "max_concurrency", 1, MAX_CONCURRENCY
+        ),
+        name=check_name(given["name"]) if given.get("name") else None,
+    )
+
+
+def _canonical(key: str) -> str:
+    key = key.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in _KEYS:
+        raise BadInput(f"/deploy has no option {key!r}: use {', '.join(k + '=' for k in _KEYS)}.")
+    return key
+
+
+def _bool(raw: str, key: str) -> bool:
+    word = raw.lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise BadInput(f"{key}={raw!r} is not a yes/no value: write {key}=yes or {key}=no.")
+
+
+def _bounded(raw: str, key: str, low: int, high: int) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadInput(f"{key}={raw!r} is not a whole number: write e.g. {key}={low}.") from None
+    if not low <= value <= high:
+        raise BadInput(f"{key}={value} is out of range: choose {low} to {high}.")
+    return value
+
+
+def _instance_type(raw: str) -> str:
+    name = raw.lower()
+    if not name.startswith("ml."):
+        name = "ml." + name
+    if not _INSTANCE.fullmatch(name):
+        raise BadInput(
+            f"instance_type={raw!r} is not a SageMaker instance type: write e.g. instance_type=ml.g5.xlarge."
+        )
+    return name
+
+
+def _memory(raw: str) -> int:
+    value = _bounded(raw, "memory_mb", SERVERLESS_MEMORY_MB[0], SERVERLESS_MEMORY_MB[-1])
+    if value not in SERVERLESS_MEMORY_MB:
+        raise BadInput(
+            f"memory_mb={value} is not offered: choose one of {', '.join(map(str, SERVERLESS_MEMORY_MB))}."
+        )
+    return value
+
+
+def check_name(name: str) -> str:
+    name = name.strip()
+    if len(name) > MAX_NAME or not _NAME.fullmatch(name):
+        raise BadInput(
+            f"{name!r} cannot be an endpoint name: use letters, digits and hyphens, at most {MAX_NAME} characters."
+        )
+    return name
+
+
+def default_name(lineage_id: str) -> str:
+    return f"{lineage_id[: MAX_NAME - len(ENDPOINT_SUFFIX)]}{ENDPOINT_SUFFIX}"
+
+
+def model_name(endpoint: str, stamp: str) -> str:
+    """A unique model name per deploy (models are kept after undeploy, so a redeploy needs a new one)."""
+    return f"{endpoint[: MAX_NAME - len(stamp) - 1]}-{stamp}"
+
+
+# ---------------------------------------------------------------- framework
+
+
+@dataclass(frozen=True)
+class FrameworkChoice:
+    framework: Framework
+    note: str | None  # said on the reply when it differs from the training versions
+
+
+def choose_framework(transformers: str, pytorch: str, py: str) -> FrameworkChoice:
+    """The training versions when a Hugging Face inference image exists for them, else the nearest one
+    that has an image (the same transformers line first, then the closest version)."""
+    if versions.inference_supported(transformers, pytorch):
+        return FrameworkChoice(Framework(transformers, pytorch, _py_for(transformers, pytorch, py)), None)
+    combos = versions.inference_combinations()
+    if not combos:
+        raise BadInput(
+            f"The SageMaker SDK here lists no Hugging Face inference images, so transformers {transformers} / "
+            f"PyTorch {pytorch} cannot be deployed: upgrade the sagemaker package."
+        )
+    best = min(combos, key=lambda c: _distance(c, transformers, pytorch))
+    chosen = Framework(best.transformers, best.pytorch, best.py)
+    note = (
+        f"There is no Hugging Face inference image for the training versions (transformers {transformers} / "
+        f"PyTorch {pytorch}); deploying on the nearest one, {chosen.label()}."
+    )
+    return FrameworkChoice(chosen, note)
+
+
+def _py_for(transformers: str, pytorch: str, py: str) -> str:
+    pys = [
+        c.py
+        for c in versions.inference_combinations()
+        if (c.transformers, c.pytorch) == (transformers, pytorch)
+    ]
+    return py if py in pys or not pys else pys[-1]
+
+
+def _number(version: str) -> int:
+    parts = (list(versions.version_key(version)) + [0, 0, 0])[:3]
+    return parts[0] * 1_000_000 + parts[1] * 1_000 + parts[2]
+
+
+def _distance(combo: versions.Combination, transformers: str, pytorch: str) -> tuple[int, int, int]:
+    # Closest transformers first, then closest PyTorch; on a tie the newer image.
+    return (
+        abs(_number(combo.transformers) - _number(transformers)),
+        abs(_number(combo.pytorch) - _number(pytorch)),
+        -_number(combo.transformers),
+    )
+
+
+# ---------------------------------------------------------------- prediction
+
+
+def prediction_payload(task: str, inputs: dict[str, str]) -> dict[str, Any]:
+    """`question=` and `context=` for question answering, `text=` for classification, as the Hugging Face
+    inference toolkit takes them (``{"inputs": ...}``)."""
+    keys = {key.strip().lower(): value for key, value in inputs.items()}
+    if "question" in keys or "context" in keys:
+        if not keys.get("question") or not keys.get("context"):
+            raise BadInput('Question answering needs both: question="..." context="...".')
+        _no_extra(keys, {"question", "context"})
+        return {"inputs": {"question": keys["question"], "context": keys["context"]}}
+    if keys.get("text"):
+        _no_extra(keys, {"text"})
+        return {"inputs": keys["text"]}
+    example = 'question="..." context="..."' if task == "question-answering" else 'text="..."'
+    raise BadInput(f"Say what to ask the model: {example}.")
+
+
+def _no_extra(keys: dict[str, str], allowed: set[str]) -> None:
+    extra = sorted(set(keys) - allowed)
+    if extra:
+        raise BadInput(
+            f"/predict does not take {', '.join(extra)}: give {' and '.join(k + '=' for k in sorted(allowed))}."
+        )
+
+
+def normalize_answer(raw: Any) -> dict[str, Any]:
+    """An answer with ``answer`` and ``score`` whatever the model returned: QA's {answer, score, start,
+    end}, classification's [{label, score}], either wrapped in a list."""
+    if isinstance(raw, list) and raw:
+        raw = raw[0]
+    if isinstance(raw, list) and raw:  # a batch of one, classification's [[{...}]]
+        raw = raw[0]
+    if not isinstance(raw, dict):
+        return {"answer": raw, "score": None}
+    answer = dict(raw)
+    if "answer" not in answer:
+        answer["answer"] = answer.get("label", answer.get("generated_text"))
+    score = answer.get("score")
+    answer["score"] = float(score) if isinstance(score, int | float) else None
+    return answer

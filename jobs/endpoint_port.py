@@ -1,0 +1,103 @@
+"""The port every endpoint backend implements (SageMaker hosting, local processes, test doubles), and the
+plain records that cross it.
+
+Backends translate; they decide nothing. Which job may be deployed, with which framework, under which
+name, and who may do it is decided in `jobs.endpoints`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import Any, Protocol
+
+
+class EndpointStatus(str, Enum):
+    CREATING = "creating"  # recorded and asked for; the backend is still bringing it up
+    IN_SERVICE = "in_service"  # answering requests (and costing money while it stays up)
+    FAILED = "failed"  # the backend could not bring it up; nothing is left running
+    DELETED = "deleted"  # undeployed: endpoint and its config are gone, the model is kept
+
+    def is_terminal(self) -> bool:
+        return self in (EndpointStatus.FAILED, EndpointStatus.DELETED)
+
+
+@dataclass(frozen=True)
+class Framework:
+    """The inference container's versions (SageMaker); the local backend uses what is installed."""
+
+    transformers: str
+    pytorch: str
+    py: str
+
+    def label(self) -> str:
+        return f"transformers {self.transformers} / PyTorch {self.pytorch} / {self.py}"
+
+
+@dataclass(frozen=True)
+class DeployRequest:
+    """Everything a backend needs to create one endpoint; it must not wait for it to come up."""
+
+    name: str  # the endpoint's name (also its config's)
+    model_name: str  # the hosted model's name, unique per deploy (models are kept after undeploy)
+    model_data: str  # S3ModelArtifacts (s3://.../model.tar.gz) or a local model folder
+    task: str  # "question-answering" or "text-classification"
+    framework: Framework | None  # None: the backend's own (local)
+    instance_type: str
+    instance_count: int
+    serverless: bool = False
+    memory_mb: int = 2048  # serverless only
+    max_concurrency: int = 5  # serverless only
+
+
+@dataclass(frozen=True)
+class RemoteEndpoint:
+    """What the backend says about one endpoint, in SageMaker's vocabulary (EndpointStatus values:
+    Creating, InService, Updating, Failed, Deleting, OutOfService, ...)."""
+
+    name: str
+    status: str
+    failure_reason: str = ""
+    last_modified: datetime | None = None
+
+    @property
+    def ready(self) -> bool:
+        return self.status == "InService"
+
+    @property
+    def failed(self) -> bool:
+        return self.status in ("Failed", "OutOfService")
+
+
+@dataclass(frozen=True)
+class EndpointAccess:
+    """How a person reaches a live endpoint: a console page and the URL requests go to."""
+
+    console_url: str  # the AWS console page, or the local log file
+    invocation_url: str  # https://runtime.sagemaker.<region>.amazonaws.com/endpoints/<name>/invocations
+    region: str = ""  # "" for local endpoints
+
+
+class EndpointBackend(Protocol):
+    #: "sagemaker" or "local"; stored on each endpoint.
+    name: str
+
+    def deploy(self, request: DeployRequest) -> None:
+        """Start creating the endpoint and return at once (SageMaker: ``wait=False``).
+        Raises BackendError (or a subclass) with a sentence a person can act on."""
+        ...
+
+    def describe(self, name: str) -> RemoteEndpoint:
+        """Raises NotFound for an endpoint the backend does not have."""
+        ...
+
+    def delete(self, name: str) -> None:
+        """Delete the endpoint and its config (the model stays); an endpoint already gone is not an error."""
+        ...
+
+    def invoke(self, name: str, payload: dict[str, Any]) -> Any:
+        """Send ``payload`` as JSON and return the decoded JSON answer."""
+        ...
+
+    def access(self, name: str) -> EndpointAccess: ...

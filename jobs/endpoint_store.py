@@ -1,0 +1,228 @@
+"""The endpoints table, its migration (schema version 20), the Endpoint record and its guarded updates.
+
+An endpoint row is keyed by its name: a name is live (creating or in service) at most once; a failed or
+deleted row is replaced when the name is deployed again. Status changes are guarded updates, as for
+lineages, so two processes following one endpoint never both announce it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    delete,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Row
+
+from jobs import endpoint_texts as texts
+from jobs.clock import Clock
+from jobs.endpoint_port import EndpointStatus
+from jobs.errors import InvalidState, NotFound, SpecError
+from jobs.pricing import hourly_usd
+from jobs.store import Store
+from jobs.store_schema import UTCDateTime, metadata, register_migration
+
+SCHEMA_VERSION = 20
+
+endpoints_table = Table(
+    "endpoints",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("lineage_id", String(64), nullable=False),
+    Column("job_name", String(128), nullable=False),
+    Column("backend", String(32), nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("remote_status", String(32), nullable=False, default=""),
+    Column("failure_reason", Text, nullable=False, default=""),
+    Column("model_name", String(63), nullable=False),
+    Column("model_data", Text, nullable=False),
+    Column("task", String(64), nullable=False),
+    Column("framework", String(128), nullable=False, default=""),
+    Column("framework_note", Text, nullable=False, default=""),
+    Column("instance_type", String(64), nullable=False),
+    Column("instance_count", Integer, nullable=False),
+    Column("serverless", Boolean, nullable=False),
+    Column("memory_mb", Integer, nullable=False),
+    Column("deployed_by", String(64), nullable=False),
+    Column("channel", String(64)),
+    Column("invocations", Integer, nullable=False, default=0),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("ready_at", UTCDateTime),
+    Column("ended_at", UTCDateTime),
+    Column("last_invoked_at", UTCDateTime),
+    Index("ix_endpoints_status", "status"),
+)
+
+
+def _create(conn: Connection) -> None:
+    endpoints_table.create(conn, checkfirst=True)
+
+
+register_migration(SCHEMA_VERSION, "endpoints table", _create)
+
+LIVE = (EndpointStatus.CREATING.value, EndpointStatus.IN_SERVICE.value)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    lineage_id: str
+    job_name: str  # the attempt whose model it serves
+    backend: str
+    status: EndpointStatus
+    remote_status: str  # the backend's own word (Creating, InService, Failed, ...)
+    failure_reason: str
+    model_name: str
+    model_data: str
+    task: str
+    framework: str  # "transformers 4.28.1 / PyTorch 2.0.0 / py310"; "" for local endpoints
+    framework_note: str  # why it differs from the training versions; "" when it does not
+    instance_type: str
+    instance_count: int
+    serverless: bool
+    memory_mb: int
+    deployed_by: str
+    channel: str | None  # where the idle note goes
+    invocations: int  # answered through the bot
+    created_at: datetime
+    updated_at: datetime
+    ready_at: datetime | None
+    ended_at: datetime | None
+    last_invoked_at: datetime | None
+
+    @property
+    def where(self) -> str:
+        return texts.where(
+            self.instance_type, self.instance_count, self.serverless, self.memory_mb, self.backend
+        )
+
+    def hourly_usd(self) -> float | None:
+        """What it costs an hour while up: 0 locally, None when unknown (serverless bills per request)."""
+        if self.backend == "local":
+            return 0.0
+        if self.serverless:
+            return None
+        try:
+            return hourly_usd(self.instance_type) * self.instance_count
+        except (SpecError, KeyError):
+            return None
+
+
+class EndpointStore:
+    """Rows of the endpoints table, on the store's engine."""
+
+    def __init__(self, store: Store, *, clock: Clock) -> None:
+        self._engine = store.engine
+        self._clock = clock
+        store.migrate()  # this module's step may register after the runtime's first migrate
+
+    def find(self, name: str) -> Endpoint | None:
+        with self._read() as conn:
+            row = conn.execute(select(endpoints_table).where(endpoints_table.c.name == name)).first()
+        return None if row is None else _to_endpoint(row)
+
+    def get(self, name: str) -> Endpoint:
+        found = self.find(name.strip())
+        if found is None:
+            raise NotFound(
+                f"There is no endpoint {name.strip()!r}; /deploy JOB (or `trainbot deploy JOB`) makes one."
+            )
+        return found
+
+    def list(self, *, include_ended: bool = False) -> list[Endpoint]:
+        """Newest first; live ones only unless ``include_ended``."""
+        query = select(endpoints_table).order_by(endpoints_table.c.created_at.desc())
+        if not include_ended:
+            query = query.where(endpoints_table.c.status.in_(LIVE))
+        with self._read() as conn:
+            return [_to_endpoint(row) for row in conn.execute(query)]
+
+    def create(self, values: dict[str, Any]) -> Endpoint:
+        """Record a CREATING endpoint, replacing a failed or deleted one of the same name; InvalidState
+        when the name is live."""
+        now = self._clock.now()
+        values = {
+            **values,
+            "status": EndpointStatus.CREATING.value,
+            "remote_status": "",
+            "failure_reason": "",
+            "invocations": 0,
+            "created_at": now,
+            "updated_at": now,
+        }
+        table = endpoints_table
+        with self._write() as conn:
+            row = conn.execute(select(table.c.status).where(table.c.name == values["name"])).first()
+            if row is not None and row.status in LIVE:
+                raise InvalidState(
+                    f"Endpoint {values['name']} is already {row.status.replace('_', ' ')}: use it, "
+                    f"`/undeploy {values['name']}` first, or pass name=... for a second one."
+                )
+            conn.execute(delete(table).where(table.c.name == values["name"]))
+            conn.execute(insert(table).values(**values))
+        return self.get(values["name"])
+
+    def move(self, name: str, expected: tuple[str, ...], new: EndpointStatus, **values: Any) -> bool:
+        """Guarded: only from ``expected``; True when this call made the change."""
+        stmt = (
+            update(endpoints_table)
+            .where(endpoints_table.c.name == name, endpoints_table.c.status.in_(expected))
+            .values(status=new.value, updated_at=self._clock.now(), **values)
+        )
+        with self._write() as conn:
+            return bool(conn.execute(stmt).rowcount == 1)
+
+    def mirror(self, name: str, remote_status: str) -> None:
+        stmt = (
+            update(endpoints_table)
+            .where(endpoints_table.c.name == name)
+            .values(remote_status=remote_status, updated_at=self._clock.now())
+        )
+        with self._write() as conn:
+            conn.execute(stmt)
+
+    def count_invocation(self, name: str) -> None:
+        now = self._clock.now()
+        stmt = (
+            update(endpoints_table)
+            .where(endpoints_table.c.name == name)
+            .values(invocations=endpoints_table.c.invocations + 1, last_invoked_at=now, updated_at=now)
+        )
+        with self._write() as conn:
+            conn.execute(stmt)
+
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """BEGIN IMMEDIATE on SQLite, as the store does: a read inside is never invalidated."""
+        with self._engine.connect() as conn:
+            if self._engine.dialect.name == "sqlite":
+                conn = conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[Connection]:
+        with self._engine.connect() as conn, conn.begin():
+            yield conn
+
+
+def _to_endpoint(row: Row[Any]) -> Endpoint:
+    values = dict(row._mapping)
+    values["status"] = EndpointStatus(values["status"])
+    return Endpoint(**values)
