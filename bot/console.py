@@ -1,0 +1,347 @@
+"""`trainbot console`: the bot in a terminal, on the local backend, through the same router as Slack.
+
+A line is one of:
+- a slash command (`/train bert-squad`, `/jobs`, `/job ID`, `/stop ID`, `/deploy ...`, `/schedule ...`),
+  handed to `handlers.router.run_command` exactly as Slack hands it a slash command;
+- a button label (`launch`, `stop`, optionally followed by a job id): the newest card showing that button
+  is pressed through `handlers.router.run_action`, as Slack does on a click;
+- a console command: `/capacity JOB` (simulate a spot reclaim), `/wait [JOB]` (for scripts), `help`, `quit`.
+`$last` and `$1`, `$2`, ... stand for the jobs launched in this session (newest, first, second ...), so a
+script can name a job whose id it cannot know in advance.
+
+`--script FILE` reads FILE's lines as if typed (blank lines and `#` comments skipped), echoing each after
+the prompt. A bad line is named back and the script goes on. When the lines are done it waits for the jobs
+the script launched to end and their reports to be shown, then exits 0, or 1 when one of them failed or was
+given up on (a job the script stopped counts as ended as asked).
+
+On the local backend the console polls every second and relaunches after 2 s, unless
+TRAINBOT_POLL_SECONDS or TRAINBOT_RELAUNCH_BACKOFF_SECONDS say otherwise: local jobs take seconds,
+not hours, and a terminal should show their changes as they happen.
+"""
+
+from __future__ import annotations
+
+import getpass
+import re
+import sys
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+from bot.console_chat import PROMPT, ConsoleButton, ConsoleChat, Screen
+from bot.console_jobs import JobTicker, session_lineages
+from handlers import router
+from handlers.context import CommandContext, Services
+from jobs.errors import TrainbotError
+from jobs.records import Actor, LineageStatus
+from jobs.store import Lineage
+from jobs.watcher import Watcher
+
+if TYPE_CHECKING:
+    from bot.wiring import Runtime
+
+CHANNEL = "CONSOLE"
+LOCAL_POLL_SECONDS = 1.0
+LOCAL_BACKOFF_SECONDS = 2.0
+#: How long a script line may wait for its background work (a launch, a stop) before the next line.
+LINE_SETTLE_SECONDS = 120.0
+#: After the jobs ended: how long to wait for the outbox to show their last notifications.
+DRAIN_SECONDS = 30.0
+_PLACEHOLDER = re.compile(r"\$(last|\d+)\b")
+_FAILED = (LineageStatus.FAILED, LineageStatus.GAVE_UP)
+
+HELP = """\
+Commands (the same as in Slack):
+  /train [PRESET] key=value ...   plan a job (presets: bert-squad, roberta-mnli, distilbert-spot); /train help
+  /jobs [active]                  list jobs            /job ID      one job, its attempts and spec
+  /stop ID                        stop a job           /deploy, /predict, /undeploy, /schedule  as in Slack
+Buttons: type a card's button label to press it (launch, edit, cancel, stop, deploy); add a job id to
+  pick the card, e.g. `stop $last`. Buttons you can press now: {labels}
+Console only:
+  /capacity JOB                   take a running spot job's capacity away (simulated reclaim)
+  /wait [JOB]                     wait until the job (or every job of this session) has ended
+  $last, $1, $2 ...               the newest, first, second ... job launched in this session
+  help, quit"""
+
+
+def run_console(runtime: Runtime, script: Path | None = None, *, stdin: TextIO | None = None,
+                stdout: TextIO | None = None) -> int:
+    """The console loop; returns the exit code (see the module docstring)."""
+    stdin = stdin or sys.stdin
+    stdout = stdout or _utf8(sys.stdout)
+    if script is not None and not script.is_file():
+        print(f"trainbot: script {script} does not exist; give the path of a text file of commands.",
+              file=sys.stderr)
+        return 2
+    tune_for_terminal(runtime)
+    interactive = script is None and stdin.isatty()
+    console = Console(runtime, Screen(stdout, redraw_prompt=interactive), interactive=interactive)
+    console.start()
+    try:
+        if script is not None:
+            return console.run_script(script.read_text(encoding="utf-8").splitlines())
+        return console.run_lines(stdin, interactive=interactive)
+    except KeyboardInterrupt:
+        console.chat.say("", "interrupted; running jobs keep training and show up at the next start")
+        return 130
+    finally:
+        console.stop()
+
+
+def tune_for_terminal(runtime: Runtime) -> None:
+    """Poll and relaunch at terminal speed on the local backend, unless the environment set them."""
+    settings = runtime.settings
+    overrides: dict[str, float] = {}
+    if "trainbot_poll_seconds" not in settings.model_fields_set:
+        overrides["trainbot_poll_seconds"] = LOCAL_POLL_SECONDS
+    if "trainbot_relaunch_backoff_seconds" not in settings.model_fields_set:
+        overrides["trainbot_relaunch_backoff_seconds"] = LOCAL_BACKOFF_SECONDS
+    if not overrides:
+        return
+    runtime.settings = settings.model_copy(update=overrides)
+    runtime.watcher = Watcher(store=runtime.store, backend=runtime.backend, service=runtime.jobs,
+                              clock=runtime.clock, settings=runtime.settings)
+
+
+class Console:
+    """One terminal session: turns lines into router calls and keeps track of what they started."""
+
+    def __init__(self, runtime: Runtime, screen: Screen, *, interactive: bool = False,
+                 auto_reclaim: bool = True) -> None:
+        self.runtime = runtime
+        self.interactive = interactive
+        home = runtime.settings.trainbot_home
+        user = _user()
+        self.actor = Actor(user_id=f"console:{user}", channel_id=CHANNEL, via="console", display=user)
+        self.chat = ConsoleChat(screen, home / "uploads", user=self.actor.user_id)
+        self.services: Services = replace(runtime.services(), run_later=self._run_later, backend=runtime.backend)
+        self.started_at = runtime.clock.now()
+        self.ticker = JobTicker(store=runtime.store, backend=runtime.backend, say=self.chat.say,
+                                session=self.session, auto_reclaim=auto_reclaim)
+        self._pending = 0
+        self._idle = threading.Condition()
+        self._stop = threading.Event()
+        self._quit = False
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.runtime.start_background(self.chat)
+        threading.Thread(target=self.ticker.run, args=(self._stop,), name="trainbot-console", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.runtime.shutdown()
+
+    # -- the loops -------------------------------------------------------------------------------
+
+    def run_lines(self, stdin: TextIO, *, interactive: bool) -> int:
+        self.chat.say(f"trainbot console on the {self.runtime.backend.name} backend; type help, or quit to leave")
+        while not self._quit:
+            line = self._read(stdin, interactive=interactive)
+            if line is None:
+                break
+            self.handle(line)
+        self._say_still_running()
+        return 0
+
+    def run_script(self, lines: list[str]) -> int:
+        for raw in lines:
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            self.chat.say(f"{PROMPT}{line}")
+            self.handle(line)
+            self.settle()
+            if self._quit:
+                break
+        self.wait_for(None)
+        return self.exit_code()
+
+    def _read(self, stdin: TextIO, *, interactive: bool) -> str | None:
+        self.chat.screen.prompt(True)
+        try:
+            if interactive:
+                return input(PROMPT)
+            raw = stdin.readline()
+            if not raw:
+                return None
+            self.chat.say(f"{PROMPT}{raw.rstrip()}")  # piped input: show it as if typed
+            return raw
+        except EOFError:
+            return None
+        finally:
+            self.chat.screen.prompt(False)
+
+    # -- one line --------------------------------------------------------------------------------
+
+    def handle(self, line: str) -> None:
+        """Carry out one line; every problem is said back in one sentence."""
+        line = line.strip()
+        if not line:
+            return
+        try:
+            line = self._expand(line)
+        except ValueError as exc:
+            self.chat.say(str(exc))
+            return
+        word, _, rest = line.partition(" ")
+        lowered = word.lower()
+        if lowered in ("quit", "exit", "/quit", "/exit"):
+            self._quit = True
+        elif lowered in ("help", "/help", "?"):
+            self.chat.say(HELP.format(labels=", ".join(self.chat.labels()) or "none yet"))
+        elif lowered == "/capacity":
+            self._capacity(rest.strip())
+        elif lowered == "/wait":
+            self.wait_for(rest.strip() or None)
+        elif lowered.startswith("/"):
+            self.chat.show(router.run_command(self._context(), lowered, rest))
+        else:
+            self._press(line)
+
+    def _press(self, line: str) -> None:
+        found = self.chat.find(line)
+        if found is None:
+            label, _, target = line.partition(" ")
+            found = self.chat.find(label, target.strip()) if target.strip() else None
+        if found is None:
+            self.chat.say(_unknown(line, self.chat.labels()))
+            return
+        message, button = found
+        if not self._confirmed(button):
+            self.chat.say("not pressed")
+            return
+        reply = router.run_action(self._context(), button.action_id, button.value)
+        if reply is not None:
+            self.chat.show(reply, replaces=message.key if message.ephemeral else None)
+        elif message.ephemeral:
+            self.chat.retire(message.key)
+
+    def _confirmed(self, button: ConsoleButton) -> bool:
+        """Slack asks before a dangerous button; so does an interactive console. Scripts have said yes."""
+        if button.confirm is None:
+            return True
+        if not self.interactive:
+            self.chat.say(f"({button.confirm} yes)")
+            return True
+        answer = input(f"{button.confirm} [y/N] ")
+        return answer.strip().lower() in ("y", "yes")
+
+    def _capacity(self, ref: str) -> None:
+        if not ref:
+            self.chat.say("Usage: /capacity JOB (a running spot job: its lineage id, job name or $last).")
+            return
+        try:
+            lineage = self.services.jobs.get(ref)
+        except TrainbotError as exc:
+            self.chat.say(exc.user_message())
+            return
+        attempt = lineage.latest_attempt
+        if attempt is None or attempt.status.is_terminal() or not lineage.spec.spot:
+            self.chat.say(f"{lineage.id} is not a running spot job ({lineage.status.value}); nothing to take away.")
+            return
+        self.ticker.arm(attempt.job_name)
+        self.chat.say(f"console: spot capacity will be taken from {attempt.job_name} once it has a checkpoint")
+
+    def _context(self) -> CommandContext:
+        return CommandContext(actor=self.actor, channel_id=CHANNEL, services=self.services, chat=self.chat)
+
+    def _expand(self, line: str) -> str:
+        """$last, $1, $2 ... -> the lineage ids of this session's jobs."""
+        if "$" not in line:
+            return line
+        ids = [lineage.id for lineage in self.session()]
+
+        def one(match: re.Match[str]) -> str:
+            which = match.group(1)
+            index = len(ids) - 1 if which == "last" else int(which) - 1
+            if not 0 <= index < len(ids):
+                raise ValueError(f"${which} names no job: this session has launched {len(ids)} so far.")
+            return ids[index]
+
+        return _PLACEHOLDER.sub(one, line)
+
+    # -- background work and waiting -------------------------------------------------------------
+
+    def _run_later(self, work: object) -> None:
+        """The runtime's executor, counted, so a script can wait for a launch before its next line."""
+        with self._idle:
+            self._pending += 1
+
+        def counted() -> None:
+            try:
+                work()  # type: ignore[operator]
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+        self.runtime.run_later(counted)
+
+    def settle(self, timeout: float = LINE_SETTLE_SECONDS) -> None:
+        with self._idle:
+            self._idle.wait_for(lambda: self._pending == 0, timeout=timeout)
+
+    def session(self) -> list[Lineage]:
+        return session_lineages(self.runtime.store, self.actor, self.started_at)
+
+    def wait_for(self, ref: str | None) -> None:
+        """Until the job (or every job of the session) has ended and the outbox has shown what it had."""
+        self.settle()
+        try:
+            targets = [self.services.jobs.get(ref).id] if ref else [lineage.id for lineage in self.session()]
+        except TrainbotError as exc:
+            self.chat.say(exc.user_message())
+            return
+        while not self._stop.is_set():
+            if all(self.services.jobs.get(lineage_id).status.is_terminal() for lineage_id in targets):
+                break
+            time.sleep(0.5)
+        self._drain()
+
+    def _drain(self) -> None:
+        # The watcher queues the last notifications as the lineage ends; give delivery a moment to show them.
+        deadline = time.monotonic() + DRAIN_SECONDS
+        quiet = 0
+        while time.monotonic() < deadline and quiet < 3:
+            quiet = quiet + 1 if not self.runtime.store.due_notifications(limit=1) else 0
+            time.sleep(0.5)
+
+    def exit_code(self) -> int:
+        lineages = self.session()
+        failed = [lineage.id for lineage in lineages if lineage.status in _FAILED]
+        ended = ", ".join(f"{lineage.id} {lineage.status.value}" for lineage in lineages) or "no jobs launched"
+        self.chat.say(f"script done: {ended}")
+        if failed:
+            self.chat.say(f"failed: {', '.join(failed)}")
+            return 1
+        return 0
+
+    def _say_still_running(self) -> None:
+        running = [lineage.id for lineage in self.runtime.store.list_lineages(active_only=True)]
+        if running:
+            self.chat.say(f"{', '.join(running)} still running: local jobs keep training; "
+                          "`trainbot console` picks them up again.")
+
+
+def _unknown(line: str, labels: list[str]) -> str:
+    pressable = f" Buttons you can press now: {', '.join(labels)}." if labels else ""
+    return f"Unknown input `{line}`: type a /command, a button label, or help.{pressable}"
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "operator"
+
+
+def _utf8(stream: TextIO) -> TextIO:
+    # Cards use box-drawing characters: never let a narrow terminal encoding turn them into a traceback.
+    reconfigure = getattr(stream, "reconfigure", None)
+    if reconfigure is not None:
+        reconfigure(errors="replace")
+    return stream

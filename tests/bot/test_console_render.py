@@ -1,0 +1,157 @@
+"""The console's Block Kit renderer and chat surface, on the handlers' real cards."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from bot import console_render as render
+from bot.console_chat import ConsoleChat, Screen
+from handlers import blocks as bk
+from handlers import cards
+from handlers.chat import Reply
+from jobs.pricing import estimate
+from jobs.grammar import parse_command
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("*Status*", "Status"),
+        ("_note_ and max_run_seconds stay", "note and max_run_seconds stay"),
+        ("~old~", "old"),
+        ("<@U123>", "@U123"),
+        ("<#C1|general>", "#general"),
+        ("<!here>", "@here"),
+        ("<https://x.test/a|the logs>", "the logs (https://x.test/a)"),
+        ("<https://x.test/a>", "https://x.test/a"),
+        ("a &lt;b&gt; &amp; c", "a <b> & c"),
+        (":white_check_mark: completed", "✔ completed"),
+        (":made_up_emoji: at 12:30:45", ":made_up_emoji: at 12:30:45"),
+        ("`/train bert-squad`", "`/train bert-squad`"),
+        ("2*3*4 = 24", "2*3*4 = 24"),
+    ],
+)
+def test_mrkdwn_becomes_plain_text(source: str, expected: str) -> None:
+    assert render.mrkdwn(source) == expected
+
+
+def test_code_fences_keep_their_lines_indented() -> None:
+    lines = render.text_lines("*Log*\n```line one\n  line *two*```")
+    assert lines == ["Log", "  line one", "    line *two*"]
+
+
+def test_fields_pair_up_when_short_and_stand_alone_when_long() -> None:
+    short = render.field_lines(["*Task*\nqa", "*Spot*\nyes"])
+    long = render.field_lines(["*Hyperparameters*\n" + "x" * 60, "*Spot*\nyes"])
+    assert short == [f"{'Task: qa':<{render.FIELD_COLUMN}}Spot: yes"]
+    assert long == ["Hyperparameters: " + "x" * 60, "Spot: yes"]
+    assert render.field_lines(["*Task*\nqa", "*Spot*\nyes"], columns=False) == ["Task: qa", "Spot: yes"]
+
+
+def test_plan_card_renders_every_part_with_its_buttons_last() -> None:
+    spec = parse_command("bert-squad instances=1 spot=yes", max_instances=16)
+    blocks = cards.plan_card(spec, estimate(spec), command="/train x spot=yes", value='{"r":"1","t":"x"}',
+                             scaling_note="local: tiny BERT, 200 examples", max_job_usd=None)
+    lines = render.message_lines("fallback", blocks)
+    assert lines[0] == f"Plan: {spec.model} on 1 x {spec.instance_type}"
+    assert "`/train x spot=yes`" in lines
+    assert any(line.startswith("Task: question-answering") for line in lines)
+    assert any(f"Model: {spec.model}" in line for line in lines)
+    assert any("Managed spot" in line for line in lines)
+    assert "ℹ local: tiny BERT, 200 examples" in lines
+    assert lines[-1] == "[Launch] [Edit] [Cancel]"
+
+
+def test_card_boxes_and_thread_replies_indent() -> None:
+    assert render.card(["Title", "body", "[Stop]"]) == ["┌ Title", "│ body", "└ [Stop]"]
+    assert render.card(["only"]) == ["┌ only"]
+    assert render.thread_reply("job-1", ["first", "second"]) == ["    ↳ job-1 › first", "      second"]
+
+
+def test_other_blocks_and_a_message_without_blocks() -> None:
+    blocks = [
+        bk.divider(),
+        bk.image("https://x.test/p.png", "loss curve"),
+        bk.actions([bk.button("Open", "a", url="https://x.test/o"), bk.button("Stop", "b", "v")]),
+        {"type": "context", "elements": [bk.mrkdwn("one"), bk.mrkdwn(":x: two")]},
+    ]
+    assert render.message_lines("", blocks) == [
+        "─" * 20, "[image: loss curve] https://x.test/p.png", "[Open → https://x.test/o] [Stop]", "one · ✖ two",
+    ]
+    assert render.message_lines("just *text*", []) == ["just text"]
+
+
+def test_progress_line_and_changed_lines_and_table() -> None:
+    assert render.progress_line({"step": 20, "max_steps": 60, "loss": 0.70812, "eta_s": 13.0}) == (
+        "step 20/60 · loss 0.7081 · ETA 13 s"
+    )
+    assert render.progress_line({"step": 5, "eta_s": 185}) == "step 5 · ETA 3 min 5 s"
+    assert render.changed_lines(["a", "b", "c"], ["a", "B", "c", "d"]) == ["B", "d"]
+    assert render.table(["job", "cost"], [["qa", "$1.00"], ["spot-long", "$0.30"]]) == [
+        "job        cost", "---------  -----", "qa         $1.00", "spot-long  $0.30",
+    ]
+
+
+# ---------------------------------------------------------------- the chat surface
+
+
+def _chat(tmp_path: Path) -> tuple[ConsoleChat, io.StringIO]:
+    out = io.StringIO()
+    return ConsoleChat(Screen(out, redraw_prompt=False), tmp_path / "home" / "uploads", user="console:me"), out
+
+
+def test_posted_card_updates_print_only_what_changed(tmp_path: Path) -> None:
+    chat, out = _chat(tmp_path)
+    first = [bk.header("job-1"), *bk.fields([("Status", "running"), ("Cost", "$0.00"), ("Estimate", "$1"),
+                                              ("By", "me")])]
+    ts = chat.post("C", "job-1", blocks=first)
+    second = [bk.header("job-1"), *bk.fields([("Status", "completed"), ("Cost", "$0.00"), ("Estimate", "$1"),
+                                               ("By", "me")])]
+    chat.update("C", ts, "job-1", blocks=second)
+    chat.update("C", ts, "job-1", blocks=second)  # nothing changed: nothing printed
+    chat.post("C", "done", blocks=[bk.section("all good")], thread_ts=ts)
+    printed = out.getvalue().splitlines()
+    assert printed[0] == "┌ job-1"
+    assert printed[-2:] == ["↻ job-1: Status: completed", "    ↳ job-1 › all good"]
+
+
+def test_buttons_are_found_by_label_and_target_and_retired(tmp_path: Path) -> None:
+    chat, _ = _chat(tmp_path)
+    chat.post("C", "a", blocks=[bk.header("job-a"), bk.actions([cards.stop_button("job-a")])])
+    chat.post("C", "b", blocks=[bk.header("job-b"), bk.actions([cards.stop_button("job-b")])])
+    chat.show(Reply(text="plan", blocks=[bk.header("Plan"), bk.actions([bk.button("Launch", "train.launch", "v")])]))
+    newest = chat.find("STOP")
+    named = chat.find("stop", "job-a")
+    assert newest is not None and newest[1].value == "job-b"
+    assert named is not None and named[1].value == "job-a" and named[1].confirm is not None
+    assert chat.labels() == ["launch", "stop"]
+    plan = chat.find("launch")
+    assert plan is not None and plan[0].ephemeral
+    chat.retire(plan[0].key)
+    assert chat.find("launch") is None and chat.find("nothing") is None
+
+
+def test_uploads_are_saved_under_home_with_their_path_printed(tmp_path: Path) -> None:
+    chat, out = _chat(tmp_path)
+    png = tmp_path / "elsewhere" / "curve.png"
+    png.parent.mkdir()
+    png.write_bytes(b"\x89PNG fake")
+    chat.upload_file("C", png, title="Loss curve")
+    saved = tmp_path / "home" / "uploads" / "curve.png"
+    assert saved.read_bytes() == b"\x89PNG fake"
+    assert out.getvalue().strip() == f"Loss curve: saved {saved}"
+    inside = tmp_path / "home" / "plots" / "p.png"
+    inside.parent.mkdir(parents=True)
+    inside.write_bytes(b"x")
+    chat.upload_file("C", inside, title="Plot")
+    assert out.getvalue().strip().endswith(f"Plot: saved {inside.resolve()}")
+
+
+def test_dm_and_ephemeral_text(tmp_path: Path) -> None:
+    chat, out = _chat(tmp_path)
+    chat.dm("console:me", "Your job *x* failed")
+    chat.post_ephemeral("C", "console:me", "Stopping <@U1>")
+    assert out.getvalue().splitlines() == ["✉ direct message to console:me: Your job x failed", "Stopping @U1"]
