@@ -1,0 +1,384 @@
+"""The local backend: the project's `training/` scripts as processes on this machine, reported in
+SageMaker's vocabulary, so the watcher, recovery and reports cannot tell it from the cloud.
+
+A job is a folder `home/local-jobs/<job_name>/` laid out like a SageMaker container (model/, output/,
+input/config/, code/, logs/) with its state in `state.json`. The process runs detached under a small
+wrapper that records its exit code, so a new `LocalBackend` on the same home (a restarted bot, the CLI
+next to the watcher) describes every job correctly. `checkpoint_s3_uri` maps to
+`home/checkpoints/<bucket>/<key>`: attempts of one lineage share it, two lineages never do.
+
+How a job's state reads as SageMaker statuses is in `local_status`; how a plan is scaled down to
+this machine, in `local_scaling`; process handling, in `local_runner`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+from jobs.backends import local_state, local_status
+from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner, training_command
+from jobs.backends.local_scaling import LocalLimits, LocalRun, is_offline, scale_plan, script_arguments
+from jobs.backends.local_state import JobFolder, JobState
+from jobs.clock import Clock
+from jobs.errors import BackendError, BadInput, InvalidState, NotFound
+from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
+
+if TYPE_CHECKING:
+    from jobs.plan import LaunchPlan
+
+logger = logging.getLogger(__name__)
+
+#: SageMaker gives a stopped container 120 s after SIGTERM before it kills it.
+STOP_GRACE_SECONDS = 120
+_JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker's TrainingJobName rule
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_RESUMED = re.compile(r"\[checkpoint\] resuming from .*checkpoint-(\d+)")
+
+
+class LocalBackend:
+    """The TrainingBackend port on local processes (see the module docstring)."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        clock: Clock,
+        runner: ProcessRunner | None = None,
+        python: str = sys.executable,
+        offline: bool | None = None,
+        limits: LocalLimits | None = None,
+    ) -> None:
+        self._home = Path(home)
+        self._jobs_root = self._home / "local-jobs"
+        self._clock = clock
+        self._runner = runner or SubprocessRunner()
+        self._python = python
+        self._offline = offline
+        self._limits = limits or LocalLimits()
+
+    # ------------------------------------------------------------------ the port
+
+    def launch(self, job_name: str, plan: LaunchPlan) -> None:
+        if not _JOB_NAME.match(job_name):
+            raise BadInput(
+                f"Job name {job_name!r} is not valid: use letters, digits and hyphens, at most 63."
+            )
+        folder = JobFolder(self._jobs_root, job_name)
+        with folder.locked():
+            if folder.exists():  # a retried launch: the job is there, never start a second process
+                logger.info("local job %s exists already; not starting it again", job_name)
+                return
+            shutil.rmtree(folder.path, ignore_errors=True)  # leftovers of a launch that died before its state
+            try:
+                self._start(folder, plan)
+            except BackendError:
+                shutil.rmtree(folder.path, ignore_errors=True)  # no job exists: leave no half of one
+                raise
+            except OSError as exc:
+                shutil.rmtree(folder.path, ignore_errors=True)
+                raise BackendError(
+                    f"Could not start local job {job_name}: {exc}; check disk space and {self._python}."
+                ) from exc
+
+    def describe(self, job_name: str) -> RemoteJob:
+        folder = self._folder(job_name)
+        return local_status.remote_job(folder, self._refresh(folder))
+
+    def list_changed(self, since: datetime | None) -> list[JobSummary]:
+        summaries = []
+        for folder in self._folders():
+            state = self._refresh(folder)
+            if since is None or state.last_modified > since:
+                summaries.append(JobSummary(state.name, RemoteStatus(state.status), state.last_modified))
+        return sorted(summaries, key=lambda s: s.last_modified or _EPOCH, reverse=True)
+
+    def stop(self, job_name: str) -> None:
+        self._signal_job(job_name, "stop_requested_at")
+
+    def take_capacity(self, job_name: str) -> None:
+        """Simulate a spot reclaim: SIGTERM to the job's processes (the script saves a checkpoint and
+        exits 143); the job then ends Stopped / MaxWaitTimeExceeded. Only for spot jobs."""
+        self._signal_job(job_name, "capacity_taken_at")
+
+    def log_tail(self, job_name: str, lines: int = 40) -> list[str]:
+        return local_state.tail_lines(self._folder(job_name).log_path, lines)
+
+    def metric_series(self, job_name: str) -> MetricSeries:
+        return local_status.metric_series(self._folder(job_name).log_path)
+
+    def console_links(self, job_name: str) -> dict[str, str]:
+        folder = self._folder(job_name)
+        state = folder.load()
+        return {
+            "log": str(folder.log_path),
+            "model": str(folder.model_dir),
+            "output": str(folder.output_dir),
+            "checkpoints": state.checkpoint_dir,
+        }
+
+    def scaling_note(self, plan: LaunchPlan) -> str | None:
+        return scale_plan(plan, offline=is_offline(self._offline), limits=self._limits).note()
+
+    # ------------------------------------------------------------------ for the console and demo
+
+    def progress(self, job_name: str) -> dict[str, float | int] | None:
+        """The last `[progress]` line: {"step", "max_steps", "loss", "eta_s"}; None before the first."""
+        return local_state.last_progress(local_state.tail_lines(self._folder(job_name).log_path, 400))
+
+    def resumed_from_step(self, job_name: str) -> int | None:
+        """The checkpoint step this job resumed from, as its log says; None for a fresh start."""
+        for line in local_state.read_lines(self._folder(job_name).log_path):
+            match = _RESUMED.search(line)
+            if match:
+                return int(match.group(1))
+        return None
+
+    def checkpoint_folder(self, checkpoint_uri: str) -> Path:
+        """The local folder standing in for `checkpoint_uri`: home/checkpoints/<bucket>/<key>."""
+        parsed = urlparse(checkpoint_uri)
+        parts = [p for p in f"{parsed.netloc}/{parsed.path}".split("/") if p not in ("", ".", "..")]
+        if not parts:
+            raise BadInput(
+                f"Checkpoint URI {checkpoint_uri!r} names no bucket or prefix; use s3://BUCKET/PREFIX."
+            )
+        return self._home.joinpath("checkpoints", *(_safe_part(p) for p in parts))
+
+    # ------------------------------------------------------------------ launching
+
+    def _start(self, folder: JobFolder, plan: LaunchPlan) -> None:
+        offline = is_offline(self._offline)
+        assets = None
+        if offline and not _local_train_data(plan):
+            from jobs.backends.offline_assets import ensure_local_assets  # builds once, a few seconds
+
+            assets = ensure_local_assets(self._home)
+        run = scale_plan(plan, offline=offline, limits=self._limits, assets=assets)
+        entry_point = self._copy_code(folder, plan)
+        uri = plan.estimator.get("checkpoint_s3_uri")
+        checkpoints = self.checkpoint_folder(uri) if uri else folder.path / "checkpoints"
+        for path in (
+            folder.model_dir,
+            folder.output_dir,
+            folder.config_dir,
+            folder.log_path.parent,
+            checkpoints,
+        ):
+            path.mkdir(parents=True, exist_ok=True)
+        hps = {**run.hyperparameters, "checkpoint_dir": str(checkpoints)}
+        (folder.config_dir / "hyperparameters.json").write_text(json.dumps(hps, indent=1))
+        argv = training_command(
+            self._python,
+            entry_point,
+            script_arguments(hps),
+            processes=run.processes,
+            exit_file=folder.exit_path,
+        )
+        now = self._clock.now()
+        state = JobState(
+            name=folder.name,
+            created_at=now,
+            last_modified=now,
+            instance_type=str(plan.estimator.get("instance_type", "")),
+            instance_count=int(plan.estimator.get("instance_count", 1)),
+            spot=bool(plan.estimator.get("use_spot_instances")),
+            task=plan.spec.task,
+            processes=run.processes,
+            offline=offline,
+            note=run.note(),
+            checkpoint_dir=str(checkpoints),
+            hyperparameters=hps,
+            max_run=plan.estimator.get("max_run"),
+            transitions=[{"status": "Starting", "start": now.isoformat(), "end": None}],
+        )
+        folder.save(state)  # before the spawn: a crash in between leaves a record, never a stray process
+        env = self._environment(folder, run, hps, entry_point)
+        state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
+        folder.save(state)
+        logger.info("launched local job %s (pid %s): %s", folder.name, state.pid, state.note)
+
+    def _copy_code(self, folder: JobFolder, plan: LaunchPlan) -> Path:
+        # A snapshot, as SageMaker uploads source_dir: editing training/ never changes a running job.
+        source = Path(str(plan.estimator.get("source_dir", "")))
+        entry = str(plan.estimator.get("entry_point", ""))
+        if not (source / entry).is_file():
+            raise BackendError(
+                f"The training script {entry} was not found in {source}; install trainbot with its training/ folder."
+            )
+        shutil.copytree(source, folder.code_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        return folder.code_dir / entry
+
+    def _environment(
+        self, folder: JobFolder, run: LocalRun, hps: dict[str, Any], entry: Path
+    ) -> dict[str, str]:
+        """SageMaker's training-toolkit variables for one host (`algo-1`) with this job's folders."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SM_")}
+        cpus = os.cpu_count() or 1
+        channels = {"train": run.train_channel, "test": run.test_channel}
+        channel_dirs = {name: str(path) for name, path in channels.items() if path is not None}
+        training_env = {
+            "job_name": folder.name,
+            "current_host": "algo-1",
+            "hosts": ["algo-1"],
+            "channel_input_dirs": channel_dirs,
+            "hyperparameters": hps,
+            "model_dir": str(folder.model_dir),
+            "output_data_dir": str(folder.output_dir),
+            "num_gpus": 0,
+            "num_cpus": cpus,
+            "user_entry_point": entry.name,
+            "module_dir": str(folder.code_dir),
+        }
+        env.update(
+            {
+                "SM_MODEL_DIR": str(folder.model_dir),
+                "SM_OUTPUT_DATA_DIR": str(folder.output_dir),
+                "SM_OUTPUT_DIR": str(folder.output_dir),
+                "SM_INPUT_CONFIG_DIR": str(folder.config_dir),
+                "SM_CHANNELS": json.dumps(sorted(channel_dirs)),
+                "SM_HPS": json.dumps(hps),
+                "SM_NUM_GPUS": "0",
+                "SM_NUM_CPUS": str(cpus),
+                "SM_CURRENT_HOST": "algo-1",
+                "SM_HOSTS": json.dumps(["algo-1"]),
+                "SM_USER_ENTRY_POINT": entry.name,
+                "SM_MODULE_DIR": str(folder.code_dir),
+                "SM_TRAINING_ENV": json.dumps(training_env),
+                "TRAINING_JOB_NAME": folder.name,
+                "PYTHONUNBUFFERED": "1",
+                "TOKENIZERS_PARALLELISM": "false",
+                # One BLAS thread pool per process, or N processes fight over the same cores.
+                "OMP_NUM_THREADS": str(max(1, cpus // run.processes)),
+            }
+        )
+        env.update({f"SM_CHANNEL_{name.upper()}": path for name, path in channel_dirs.items()})
+        env.update({f"SM_HP_{key.upper()}": _hp_text(value) for key, value in hps.items()})
+        if run.offline:
+            env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+        return env
+
+    # ------------------------------------------------------------------ observing
+
+    def _folder(self, job_name: str) -> JobFolder:
+        folder = JobFolder(self._jobs_root, job_name)
+        if not _JOB_NAME.match(job_name) or not folder.exists():
+            raise NotFound(f"No local training job is named {job_name!r}; `trainbot jobs` lists them.")
+        return folder
+
+    def _folders(self) -> list[JobFolder]:
+        if not self._jobs_root.is_dir():
+            return []
+        return [
+            JobFolder(self._jobs_root, p.name)
+            for p in sorted(self._jobs_root.iterdir())
+            if not p.name.startswith(".") and (p / "state.json").is_file()
+        ]
+
+    def _refresh(self, folder: JobFolder) -> JobState:
+        with folder.locked():
+            return self._refresh_locked(folder)
+
+    def _refresh_locked(self, folder: JobFolder) -> JobState:
+        """Fold what the processes did since the last look into the state; persist any change."""
+        state = folder.load()
+        if RemoteStatus(state.status).is_terminal():
+            return state
+        now = self._clock.now()
+        changed = self._enforce_deadlines(state, now)
+        status, secondary = self._observe(folder, state, now)
+        if (status, secondary) != (state.status, state.secondary_status):
+            if RemoteStatus(status).is_terminal() or secondary == "Stopping":
+                self._note_training(folder, state, now)
+            local_status.move(state, status, secondary, now)
+            changed = True
+        if changed:
+            state.last_modified = now
+            folder.save(state)
+        return state
+
+    def _observe(self, folder: JobFolder, state: JobState, now: datetime) -> tuple[str, str]:
+        ended = folder.read_exit()
+        if ended is None and not (state.pid is not None and self._runner.is_alive(state.pid)):
+            ended = folder.read_exit()  # it may have been written between the two looks
+            if ended is None:
+                return local_status.vanished_status(state, now)
+        if ended is not None:
+            state.exit_code = int(ended["exit_code"])
+            state.wall_seconds = float(ended.get("wall_seconds") or 0.0)
+            state.ended_at = state.created_at + timedelta(seconds=state.wall_seconds)
+            return local_status.ended_status(folder, state)
+        return local_status.running_status(folder, state)
+
+    def _enforce_deadlines(self, state: JobState, now: datetime) -> bool:
+        """max_run, and SIGKILL after the stop grace period: checked whenever someone looks."""
+        if state.pid is None or not self._runner.is_alive(state.pid):
+            return False
+        if (
+            state.max_run
+            and state.signalled_at() is None
+            and now - state.created_at > timedelta(seconds=state.max_run)
+        ):
+            logger.info("local job %s ran past max_run (%s s); stopping it", state.name, state.max_run)
+            state.runtime_exceeded_at = now
+            self._runner.signal_group(state.pid, SIGTERM)
+            return True
+        asked = state.signalled_at()
+        if asked and state.killed_at is None and now - asked > timedelta(seconds=STOP_GRACE_SECONDS):
+            logger.warning(
+                "local job %s ignored SIGTERM for %s s; killing it", state.name, STOP_GRACE_SECONDS
+            )
+            state.killed_at = now
+            self._runner.signal_group(state.pid, SIGKILL)
+            return True
+        return False
+
+    def _note_training(self, folder: JobFolder, state: JobState, now: datetime) -> None:
+        # A job that trained and ended between two looks still shows the Training step in its history.
+        seen = {t["status"] for t in state.transitions}
+        if "Training" not in seen and local_status.training_started(folder):
+            local_status.move(state, RemoteStatus.IN_PROGRESS.value, "Training", now)
+
+    def _signal_job(self, job_name: str, flag: str) -> None:
+        folder = self._folder(job_name)
+        with folder.locked():
+            state = self._refresh_locked(folder)
+            if RemoteStatus(state.status).is_terminal():
+                what = "stop" if flag == "stop_requested_at" else "take capacity from"
+                raise InvalidState(
+                    f"Job {job_name} has already ended ({state.status}); there is nothing to {what}."
+                )
+            if flag == "capacity_taken_at" and not state.spot:
+                raise InvalidState(
+                    f"Job {job_name} is not a spot job, so there is no spot capacity to take away."
+                )
+            if getattr(state, flag) is None:
+                setattr(state, flag, self._clock.now())
+                folder.save(state)  # the flag first, so whoever sees the exit knows why
+                if state.pid is not None:
+                    self._runner.signal_group(state.pid, SIGTERM)
+            self._refresh_locked(folder)
+
+
+def _hp_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+def _safe_part(part: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+@-]", "_", part)
+
+
+def _local_train_data(plan: LaunchPlan) -> bool:
+    value = getattr(plan.spec, "train_data", None)
+    return isinstance(value, str) and "://" not in value and Path(value).expanduser().is_dir()

@@ -1,0 +1,115 @@
+"""Starting, signalling and finding local training processes: the only place the local backend forks.
+
+`ProcessRunner` is the port the `LocalBackend` is given (a constructor argument), so callers can
+substitute their own; `SubprocessRunner` is the real one. Every job runs under `local_wrapper.py`,
+detached in its own session, so a bot restart neither kills it nor loses its exit code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
+
+WRAPPER = Path(__file__).with_name("local_wrapper.py")
+
+
+class ProcessRunner(Protocol):
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> int:
+        """Start `argv` detached (new session), stdout and stderr appended to `log_path`; return its pid.
+        The pid is also the process group id, so `signal_group` reaches every process of the job."""
+        ...
+
+    def signal_group(self, pid: int, sig: int) -> None:
+        """Send `sig` to the job's process group; a group that is gone already is not an error."""
+        ...
+
+    def is_alive(self, pid: int) -> bool: ...
+
+
+class SubprocessRunner:
+    """Real processes. Keeps the Popen objects it started so their exits are reaped (no zombies);
+    processes started by an earlier bot process are checked through the OS."""
+
+    def __init__(self) -> None:
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> int:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("ab") as log:
+            proc = subprocess.Popen(
+                list(argv),
+                cwd=cwd,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # survives the bot; Ctrl-C in the bot's terminal does not reach it
+                close_fds=True,
+            )
+        self._children[proc.pid] = proc
+        logger.info("started local job process %d: %s", proc.pid, " ".join(argv[:6]))
+        return proc.pid
+
+    def signal_group(self, pid: int, sig: int) -> None:
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            logger.info("process group %d is gone already; signal %d not sent", pid, sig)
+
+    def is_alive(self, pid: int) -> bool:
+        child = self._children.get(pid)
+        if child is not None:
+            return child.poll() is None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # exists, owned by someone else: not ours any more (pid reused)
+            return False
+        return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    # A finished child of another process still answers kill(pid, 0) until it is reaped.
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] == "Z"
+
+
+def training_command(
+    python: str, script: Path, args: Sequence[str], *, processes: int, exit_file: Path
+) -> list[str]:
+    """The wrapper around either one Python process or `torchrun` with `processes` workers.
+
+    torchrun runs standalone (a rendezvous on a free localhost port), so two local jobs never clash;
+    on the CPU torch.distributed uses gloo."""
+    if processes > 1:
+        inner = [
+            python,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes",
+            "1",
+            "--nproc_per_node",
+            str(processes),
+            str(script),
+            *args,
+        ]
+    else:
+        inner = [python, "-u", str(script), *args]
+    return [python, str(WRAPPER), str(exit_file), "--", *inner]
+
+
+#: Signals the backend sends, named for readability at call sites.
+SIGTERM = int(signal.SIGTERM)
+SIGKILL = int(signal.SIGKILL)

@@ -1,0 +1,201 @@
+"""How a SageMaker plan is scaled down to run on this machine's CPU, said out loud.
+
+A plan asks for GPUs, hours and (maybe) hub models; locally we have a few cores and minutes. Every
+change is made here, in one pure function, and summed up in one line the plan card shows, so the
+scale-down is never silent. Offline (no hub) the model is the tiny BERT and the data the generated
+channels from `offline_assets`; with a network the hub names pass through unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jobs.backends.offline_assets import LocalAssets
+
+if TYPE_CHECKING:
+    from jobs.plan import LaunchPlan
+
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_DISTRIBUTED = ("data", "ddp", "model")
+#: Placeholder shown before the assets exist (a plan card must not build them).
+_TINY_MODEL_PLACEHOLDER = Path("tiny-bert")
+
+
+@dataclass(frozen=True)
+class LocalLimits:
+    """The caps applied to every local job. Measured on 2 cores: bert-squad with these runs ~10 s of
+    training in two processes (plus start-up) and reaches EM ~30-40 on the generated SQuAD data."""
+
+    max_steps: int = 60
+    train_batch_size: int = 8
+    eval_batch_size: int = 32
+    max_seq_length: int = 128
+    save_steps: int = 10  # so a spot demo has a checkpoint within seconds
+    logging_steps: int = 5  # [progress] lines often enough for the console
+    train_samples: int = 200  # offline: generated examples trained on
+    eval_samples: int = 100  # offline: generated examples evaluated on
+    # A randomly initialised tiny BERT learns nothing in 60 steps at the usual 5e-5.
+    tiny_model_learning_rate: float = 3e-3
+    max_processes: int = field(default_factory=lambda: max(2, os.cpu_count() or 1))
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """What will actually run: the script's hyperparameters, processes and data, and why."""
+
+    offline: bool
+    processes: int
+    model_label: str
+    data_label: str
+    hyperparameters: dict[str, Any]
+    train_channel: Path | None
+    test_channel: Path | None
+    notes: tuple[str, ...] = ()
+
+    def note(self) -> str:
+        steps = self.hyperparameters.get("max_steps")
+        procs = f"{self.processes} process" + ("es" if self.processes != 1 else "")
+        line = f"local: {self.model_label}, {self.data_label}, {steps} steps, {procs}"
+        return "; ".join((line, *self.notes))
+
+
+def is_offline(offline: bool | None, environ: Mapping[str, str] = os.environ) -> bool:
+    """An explicit choice wins; otherwise the hub's own switch (HF_HUB_OFFLINE) decides."""
+    if offline is not None:
+        return offline
+    return environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE_WORDS
+
+
+def scale_plan(
+    plan: LaunchPlan, *, offline: bool, limits: LocalLimits, assets: LocalAssets | None = None
+) -> LocalRun:
+    """The local version of `plan`. `assets` gives the tiny model and generated data (offline);
+    without them (a plan card) only the note is meaningful."""
+    spec = plan.spec
+    hps = _capped_hyperparameters(dict(plan.estimator.get("hyperparameters") or {}), spec.task, limits)
+    processes, notes = _processes(spec.distribution, spec.instance_count, limits)
+    if _half_precision(hps):
+        notes.append("fp16 off on the CPU")
+        hps.update({key: False for key in ("fp16", "bf16") if key in hps})
+    train, test, data_label, data_notes = _data(spec, offline, limits, assets, hps)
+    notes.extend(data_notes)
+    if offline:
+        model_dir = assets.model_dir if assets else _TINY_MODEL_PLACEHOLDER
+        hps["model_name_or_path"] = str(model_dir)
+        hps.setdefault("learning_rate", limits.tiny_model_learning_rate)
+        model_label = "tiny BERT"
+    else:
+        model_label = str(hps.get("model_name_or_path") or spec.model)
+    return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes))
+
+
+def _capped_hyperparameters(hps: dict[str, Any], task: str, limits: LocalLimits) -> dict[str, Any]:
+    # SageMaker adds sagemaker_* itself and strips them before the script; the script's
+    # --checkpoint_dir is ours to set.
+    hps = {k: v for k, v in hps.items() if not k.startswith("sagemaker_") and k != "checkpoint_dir"}
+    _cap(hps, "max_steps", limits.max_steps)
+    _cap(hps, "per_device_train_batch_size", limits.train_batch_size)
+    _cap(hps, "per_device_eval_batch_size", limits.eval_batch_size)
+    _cap(hps, "max_seq_length", limits.max_seq_length)
+    _cap(hps, "save_steps", limits.save_steps)
+    _cap(hps, "logging_steps", limits.logging_steps)
+    if task == "question-answering":
+        # The QA script needs doc_stride below half of max_seq_length; keep the article's 1:3 ratio.
+        _cap(hps, "doc_stride", hps["max_seq_length"] // 4)
+    hps.setdefault("save_total_limit", 2)  # a resume needs the newest; disk needs no more
+    # Without it transformers 5 on a GPU-less host leaves torchrun's workers as independent
+    # single-process runs (world_size 1) instead of DDP over gloo. 4.x reads it as no_cuda.
+    hps["use_cpu"] = True
+    return hps
+
+
+def _half_precision(hps: Mapping[str, Any]) -> bool:
+    return any(hps.get(key) is True or str(hps.get(key)).lower() in _TRUE_WORDS for key in ("fp16", "bf16"))
+
+
+def _cap(hps: dict[str, Any], key: str, limit: int) -> None:
+    given = hps.get(key)
+    number = _as_number(given)
+    hps[key] = limit if number is None else min(int(number), limit)
+
+
+def _as_number(value: object) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _processes(distribution: str, instance_count: int, limits: LocalLimits) -> tuple[int, list[str]]:
+    notes: list[str] = []
+    if distribution not in _DISTRIBUTED:
+        if instance_count > 1:  # SageMaker would run N independent copies; one is enough here
+            notes.append(f"one process for {instance_count} instances without distribution")
+        return 1, notes
+    wanted = max(1, instance_count)
+    processes = min(wanted, limits.max_processes)
+    if processes < wanted:
+        notes.append(f"{processes} of {wanted} instances as processes (this machine's cores)")
+    if distribution == "model":
+        notes.append("model parallel runs as plain DDP")
+    return processes, notes
+
+
+def _data(
+    spec: Any, offline: bool, limits: LocalLimits, assets: LocalAssets | None, hps: dict[str, Any]
+) -> tuple[Path | None, Path | None, str, list[str]]:
+    """(train channel, test channel, label, notes). A local train_data folder always wins."""
+    own = _local_folder(getattr(spec, "train_data", None))
+    if own is not None:
+        train, test = (own / "train", own / "test") if (own / "train").is_dir() else (own, own)
+        notes = [] if test != train else ["evaluated on its own training data"]
+        return train, test, f"data from {own}", notes
+    if not offline:
+        return None, None, f"dataset {hps.get('dataset_name') or spec.dataset} from the hub", []
+    for key in ("dataset_name", "dataset_config_name", "dataset_revision"):  # channels replace the hub
+        hps.pop(key, None)
+    _cap(hps, "max_train_samples", limits.train_samples)
+    _cap(hps, "max_eval_samples", limits.eval_samples)
+    kind, notes = _generated_kind(spec.dataset, spec.task)
+    channels: tuple[Path | None, Path | None] = assets.channels_for(kind) if assets else (None, None)
+    return *channels, f"{hps['max_train_samples']} generated examples", notes
+
+
+def _generated_kind(dataset: str, task: str) -> tuple[str, list[str]]:
+    name = dataset.lower()
+    for kind in ("squad", "mnli", "imdb"):
+        if kind in name or (kind == "mnli" and "glue" in name) or (kind == "imdb" and "sst" in name):
+            return kind, []
+    kind = "squad" if task == "question-answering" else "imdb"
+    return kind, [f"generated {kind}-style data stands in for {dataset}"]
+
+
+def _local_folder(value: object) -> Path | None:
+    if not isinstance(value, str) or "://" in value:
+        return None
+    path = Path(value).expanduser()
+    return path if path.is_dir() else None
+
+
+def script_arguments(hyperparameters: Mapping[str, Any]) -> list[str]:
+    """`--key value` pairs exactly as SageMaker's training toolkit passes them: booleans as
+    True/False, containers as JSON, everything else as str()."""
+    args: list[str] = []
+    for key, value in hyperparameters.items():
+        if isinstance(value, bool):
+            text = "True" if value else "False"
+        elif isinstance(value, dict | list):
+            text = json.dumps(value)
+        else:
+            text = str(value)
+        args += [f"--{key}", text]
+    return args

@@ -1,0 +1,195 @@
+"""A local job's folder, its persisted state, and what its log says.
+
+Everything the bot knows about a local job lives in `home/local-jobs/<name>/state.json`, written
+atomically under a per-job file lock, so any bot process (a restarted one, the CLI next to the
+watcher) reads the same truth. The wrapper's `exit.json` is the only file written by the job side.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+_DATETIME_FIELDS = {
+    "created_at",
+    "stop_requested_at",
+    "capacity_taken_at",
+    "runtime_exceeded_at",
+    "killed_at",
+    "ended_at",
+    "last_modified",
+}
+_TAIL_BYTES = 256 * 1024
+_ERROR_LINE = re.compile(r"(^|\s|: )(error|[A-Za-z_][\w.]*(Error|Exception))\b:?", re.IGNORECASE)
+# Lines that are torchrun's or the wrapper's own report of a worker's failure, not the cause.
+_LAUNCHER_NOISE = (
+    "ChildFailedError",
+    "torch.distributed.elastic",
+    "[trainbot]",
+    "error_file:",
+    "traceback :",
+)
+
+
+@dataclass
+class JobState:
+    """The persisted record of one local job (JSON in its folder)."""
+
+    name: str
+    created_at: datetime
+    last_modified: datetime
+    instance_type: str = ""
+    instance_count: int = 1
+    spot: bool = False
+    task: str = ""
+    processes: int = 1
+    offline: bool = True
+    note: str = ""
+    checkpoint_dir: str = ""
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    max_run: int | None = None
+    pid: int | None = None
+    status: str = "InProgress"
+    secondary_status: str = "Starting"
+    transitions: list[dict[str, str | None]] = field(default_factory=list)
+    stop_requested_at: datetime | None = None
+    capacity_taken_at: datetime | None = None
+    runtime_exceeded_at: datetime | None = None
+    killed_at: datetime | None = None
+    exit_code: int | None = None
+    wall_seconds: float | None = None
+    ended_at: datetime | None = None
+    failure_reason: str = ""
+
+    def to_json(self) -> str:
+        raw = asdict(self)
+        for key in _DATETIME_FIELDS:
+            raw[key] = raw[key].isoformat() if raw[key] is not None else None
+        return json.dumps(raw, indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobState:
+        raw = json.loads(text)
+        known = {f.name for f in fields(cls)}
+        raw = {k: v for k, v in raw.items() if k in known}  # a newer bot's extra fields are ignored
+        for key in _DATETIME_FIELDS & raw.keys():
+            raw[key] = datetime.fromisoformat(raw[key]) if raw[key] else None
+        return cls(**raw)
+
+    def signalled_at(self) -> datetime | None:
+        """When the bot first asked the job to end (stop, capacity, max_run), if it did."""
+        asks = [t for t in (self.stop_requested_at, self.capacity_taken_at, self.runtime_exceeded_at) if t]
+        return min(asks) if asks else None
+
+
+class JobFolder:
+    """The SageMaker layout, emulated: code/, model/ (SM_MODEL_DIR), output/ (SM_OUTPUT_DATA_DIR),
+    input/config/, logs/, plus state.json and the wrapper's exit.json."""
+
+    def __init__(self, jobs_root: Path, name: str) -> None:
+        self.root = jobs_root
+        self.name = name
+        self.path = jobs_root / name
+        self.state_path = self.path / "state.json"
+        self.exit_path = self.path / "exit.json"
+        self.log_path = self.path / "logs" / "train.log"
+        self.code_dir = self.path / "code"
+        self.model_dir = self.path / "model"
+        self.output_dir = self.path / "output"
+        self.config_dir = self.path / "input" / "config"
+
+    def exists(self) -> bool:
+        return self.state_path.is_file()
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        # The lock lives outside the job folder so a failed launch can remove the folder under it.
+        lock = self.root / ".locks" / f"{self.name}.lock"
+        lock.parent.mkdir(parents=True, exist_ok=True)
+        with lock.open("a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def load(self) -> JobState:
+        return JobState.from_json(self.state_path.read_text())
+
+    def save(self, state: JobState) -> None:
+        tmp = self.state_path.with_name("state.json.tmp")
+        tmp.write_text(state.to_json())
+        os.replace(tmp, self.state_path)
+
+    def read_exit(self) -> dict[str, Any] | None:
+        try:
+            data = json.loads(self.exit_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and isinstance(data.get("exit_code"), int) else None
+
+
+def tail_lines(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a log (reads at most the last 256 KiB)."""
+    if lines <= 0:
+        return []
+    try:
+        with path.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - _TAIL_BYTES))
+            data = fh.read()
+    except OSError:
+        return []
+    text = data.decode("utf-8", errors="replace").replace("\r", "\n")
+    return [line for line in text.splitlines() if line.strip()][-lines:]
+
+
+def read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return []
+
+
+def last_error_line(lines: list[str]) -> str:
+    """The line that best says why the script failed: the last error/exception line that is not the
+    launcher's own report, else the last line with text."""
+    for line in reversed(lines):
+        text = line.strip()
+        if text and _ERROR_LINE.search(text) and not any(noise in text for noise in _LAUNCHER_NOISE):
+            return text
+    meaningful = [line.strip() for line in lines if line.strip() and "[trainbot]" not in line]
+    return meaningful[-1] if meaningful else "the training process wrote no output"
+
+
+def parse_progress(line: str) -> dict[str, float | int] | None:
+    """`[progress] step=S max_steps=M loss=L eta_s=E` -> {"step": S, "max_steps": M, ...}."""
+    if not line.startswith("[progress]"):
+        return None
+    out: dict[str, float | int] = {}
+    for token in line.split()[1:]:
+        key, sep, value = token.partition("=")
+        if not sep:
+            continue
+        try:
+            out[key] = int(value) if key in ("step", "max_steps") else float(value)
+        except ValueError:
+            continue
+    return out if "step" in out else None
+
+
+def last_progress(lines: list[str]) -> dict[str, float | int] | None:
+    for line in reversed(lines):
+        parsed = parse_progress(line.strip())
+        if parsed is not None:
+            return parsed
+    return None

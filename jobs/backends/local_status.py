@@ -1,0 +1,181 @@
+"""A local job's state and files, read as SageMaker would report the job (pure: no processes here).
+
+Status mapping (TrainingJobStatus / SecondaryStatus):
+- running: InProgress / Starting, then Training once the script logs a step;
+- exit 0: Completed (even if a stop raced the end: the model is saved, as SageMaker would report);
+- stop(): Stopping, then Stopped / Stopped;
+- take_capacity() on a spot job: InProgress / Interrupted while it saves, then Stopped /
+  MaxWaitTimeExceeded, as SageMaker ends a spot job whose wait for capacity ran out;
+- running past max_run: Stopped / MaxRuntimeExceeded;
+- any other exit: Failed, "AlgorithmError: <the log's last error line>"; a process that vanished with
+  no exit code: Failed, "InternalServerError: ..." (which recovery relaunches).
+Billing: training_seconds is the process's wall time; a spot job bills SPOT_BILLABLE_FRACTION of it,
+a typical managed-spot saving, so reports show spot savings as they would on SageMaker.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime
+from pathlib import Path
+
+from jobs.backends import local_state
+from jobs.backends.local_state import JobFolder, JobState
+from jobs.plan import parse_metric_line
+from jobs.records import MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
+
+#: Billable share of a spot job's training time (managed spot typically saves 60-90%).
+SPOT_BILLABLE_FRACTION = 0.3
+
+#: The bot's request that ended a job -> the SecondaryStatus SageMaker ends such a job with.
+STOP_SECONDARY = {
+    "capacity_taken_at": "MaxWaitTimeExceeded",
+    "runtime_exceeded_at": "MaxRuntimeExceeded",
+    "stop_requested_at": "Stopped",
+}
+_MESSAGES = {
+    "Starting": "Starting the training job (local processes).",
+    "Training": "Training in progress.",
+    "Completed": "Training job completed.",
+    "Stopping": "Stopping the training job (SIGTERM sent).",
+    "Stopped": "The job was stopped.",
+    "Interrupted": "Spot capacity was taken (simulated locally); the job is saving a checkpoint.",
+    "MaxWaitTimeExceeded": "The job ended: spot capacity did not come back within the wait time.",
+    "MaxRuntimeExceeded": "The job ran past max_run and was stopped.",
+    "Failed": "Training job failed.",
+}
+
+
+def end_cause(state: JobState) -> str | None:
+    """Which of the bot's requests came first (stop, capacity, max_run), if any."""
+    asked = [(getattr(state, flag), flag) for flag in STOP_SECONDARY if getattr(state, flag) is not None]
+    return min(asked)[1] if asked else None
+
+
+def running_status(folder: JobFolder, state: JobState) -> tuple[str, str]:
+    """Status of a job whose process is still alive."""
+    cause = end_cause(state)
+    if cause == "capacity_taken_at":
+        return RemoteStatus.IN_PROGRESS.value, "Interrupted"
+    if cause is not None:
+        return RemoteStatus.STOPPING.value, "Stopping"
+    if state.secondary_status == "Training" or training_started(folder):
+        return RemoteStatus.IN_PROGRESS.value, "Training"
+    return RemoteStatus.IN_PROGRESS.value, "Starting"
+
+
+def ended_status(folder: JobFolder, state: JobState) -> tuple[str, str]:
+    """Status of a job whose wrapper recorded an exit code (in `state.exit_code`)."""
+    if state.exit_code == 0:  # finished before (or despite) a stop: the model is there
+        return RemoteStatus.COMPLETED.value, "Completed"
+    cause = end_cause(state)
+    if cause is not None:
+        return RemoteStatus.STOPPED.value, STOP_SECONDARY[cause]
+    error = local_state.last_error_line(local_state.tail_lines(folder.log_path, 200))
+    state.failure_reason = f"AlgorithmError: {error}"
+    return RemoteStatus.FAILED.value, "Failed"
+
+
+def vanished_status(state: JobState, now: datetime) -> tuple[str, str]:
+    """Status of a job whose processes are gone without an exit record (killed, machine restarted)."""
+    state.ended_at = now
+    state.wall_seconds = max(0.0, (now - state.created_at).total_seconds())
+    cause = end_cause(state)
+    if cause is not None:  # killed after the grace period, as SageMaker would
+        return RemoteStatus.STOPPED.value, STOP_SECONDARY[cause]
+    state.failure_reason = (
+        f"InternalServerError: the local training process (pid {state.pid}) ended without an exit code;"
+        " it was killed or the machine restarted. Launch it again to resume from its checkpoints."
+    )
+    return RemoteStatus.FAILED.value, "Failed"
+
+
+def training_started(folder: JobFolder) -> bool:
+    lines = local_state.tail_lines(folder.log_path, 400)
+    return any(line.startswith(("[progress]", "[metric]")) for line in lines)
+
+
+def move(state: JobState, status: str, secondary: str, now: datetime) -> None:
+    """Record a new (status, secondary status), closing the open transition as SageMaker lists them."""
+    stamp = now.isoformat()
+    if state.transitions and state.transitions[-1]["end"] is None:
+        state.transitions[-1]["end"] = stamp
+    terminal = RemoteStatus(status).is_terminal()
+    state.transitions.append({"status": secondary, "start": stamp, "end": stamp if terminal else None})
+    state.status, state.secondary_status = status, secondary
+
+
+def remote_job(folder: JobFolder, state: JobState) -> RemoteJob:
+    status = RemoteStatus(state.status)
+    training = billable = None
+    if status.is_terminal() and state.wall_seconds is not None:
+        training = max(1, math.ceil(state.wall_seconds))
+        billable = max(1, math.ceil(training * SPOT_BILLABLE_FRACTION)) if state.spot else training
+    return RemoteJob(
+        name=state.name,
+        status=status,
+        secondary_status=state.secondary_status,
+        transitions=tuple(_transition(t) for t in state.transitions),
+        failure_reason=state.failure_reason,
+        billable_seconds=billable,
+        training_seconds=training,
+        final_metrics=final_metrics(folder),
+        model_artifacts=_model_artifacts(folder, status),
+        instance_type=state.instance_type,
+        instance_count=state.instance_count,
+        spot=state.spot,
+        created_at=state.created_at,
+        started_at=state.created_at,
+        ended_at=state.ended_at,
+        last_modified=state.last_modified,
+    )
+
+
+def final_metrics(folder: JobFolder) -> dict[str, float]:
+    """The last value of each `[metric]` line, then the script's metrics.json on top of them."""
+    metrics: dict[str, float] = {}
+    for line in local_state.read_lines(folder.log_path):
+        parsed = parse_metric_line(line)
+        if parsed is not None:
+            metrics[parsed[0]] = parsed[1]
+    try:
+        written = json.loads((folder.output_dir / "metrics.json").read_text())
+    except (OSError, ValueError):
+        written = {}
+    if isinstance(written, dict):
+        numbers = {k: v for k, v in written.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        metrics.update({k: float(v) for k, v in numbers.items()})
+    return metrics
+
+
+def metric_series(log_path: Path) -> MetricSeries:
+    """Every `[metric]` line of the log as {name: [MetricPoint(step, value)]}, ordered by step."""
+    points: dict[str, dict[int, float]] = {}
+    for n, line in enumerate(local_state.read_lines(log_path)):
+        parsed = parse_metric_line(line)
+        if parsed is not None:
+            name, value, step = parsed
+            # Several processes (or a re-logged step) may print one step twice: the last one counts.
+            points.setdefault(name, {})[step if step is not None else n] = value
+    return {
+        name: [MetricPoint(float(step), value) for step, value in sorted(by_step.items())]
+        for name, by_step in points.items()
+    }
+
+
+def _model_artifacts(folder: JobFolder, status: RemoteStatus) -> str | None:
+    if status is not RemoteStatus.COMPLETED or not folder.model_dir.is_dir():
+        return None
+    return str(folder.model_dir) if any(folder.model_dir.iterdir()) else None
+
+
+def _transition(raw: dict[str, str | None]) -> StatusTransition:
+    status = raw["status"] or ""
+    start, end = raw.get("start"), raw.get("end")
+    return StatusTransition(
+        status=status,
+        start=datetime.fromisoformat(start) if start else None,
+        end=datetime.fromisoformat(end) if end else None,
+        message=_MESSAGES.get(status, ""),
+    )

@@ -1,0 +1,297 @@
+"""The local backend against real processes training the tiny BERT (no mocked trainer).
+
+One data-parallel QA job (two torchrun workers) is shared by several tests through a module fixture,
+so the suite pays for its start-up once; the spot and failure tests run their own jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from jobs.backends.local import LocalBackend
+from jobs.backends.local_runner import SubprocessRunner
+from jobs.backends.local_scaling import LocalLimits, script_arguments
+from jobs.backends.offline_assets import ensure_local_assets
+from jobs.clock import FakeClock, SystemClock
+from jobs.errors import BadInput, InvalidState, NotFound
+from jobs.grammar import parse_command
+from jobs.plan import LaunchPlan, build_plan
+from jobs.records import RemoteJob, RemoteStatus
+
+JOB_TIMEOUT_S = 150
+
+
+class RecordingRunner(SubprocessRunner):
+    """The real runner, which also keeps what it was asked to start (argv, env)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.spawned: list[tuple[list[str], dict[str, str]]] = []
+
+    def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> int:
+        self.spawned.append((list(argv), dict(env)))
+        return super().spawn(argv, env=env, cwd=cwd, log_path=log_path)
+
+
+def plan_for(text: str, lineage: str) -> LaunchPlan:
+    return build_plan(parse_command(text), bucket="test-bucket", lineage_id=lineage)
+
+
+def wait_until(check: Callable[[], bool], timeout: float = JOB_TIMEOUT_S, every: float = 0.5) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout} s")
+        time.sleep(every)
+
+
+def wait_terminal(backend: LocalBackend, job: str) -> RemoteJob:
+    result: list[RemoteJob] = []
+
+    def ended() -> bool:
+        result[:] = [backend.describe(job)]
+        return result[0].status.is_terminal()
+
+    try:
+        wait_until(ended)
+    except AssertionError:
+        raise AssertionError(
+            f"{job} did not end; log tail:\n" + "\n".join(backend.log_tail(job, 30))
+        ) from None
+    return result[0]
+
+
+@pytest.fixture(scope="module")
+def assets_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny BERT and generated data, built once for the module (the backend reuses a READY set)."""
+    home = tmp_path_factory.mktemp("assets-home")
+    ensure_local_assets(home)
+    return home
+
+
+@pytest.fixture
+def home(trainbot_home: Path, assets_home: Path) -> Path:
+    shutil.copytree(assets_home / "assets", trainbot_home / "assets")
+    return trainbot_home
+
+
+@dataclass
+class QaRun:
+    home: Path
+    first: LocalBackend
+    runner: RecordingRunner
+    plan: LaunchPlan
+    remote: RemoteJob
+    log: str
+
+
+@pytest.fixture(scope="module")
+def qa_run(tmp_path_factory: pytest.TempPathFactory, assets_home: Path) -> QaRun:
+    home = tmp_path_factory.mktemp("qa-home")
+    shutil.copytree(assets_home / "assets", home / "assets")
+    runner = RecordingRunner()
+    first = LocalBackend(home, clock=SystemClock(), runner=runner, offline=True)
+    plan = plan_for("bert-squad", "qa1")
+    first.launch("qa1-1", plan)
+    first.launch("qa1-1", plan)  # a retried launch
+    LocalBackend(home, clock=SystemClock(), offline=True).launch("qa1-1", plan)  # from another bot process
+    # Watched to the end by a different instance, as a restarted bot would.
+    remote = wait_terminal(LocalBackend(home, clock=SystemClock(), offline=True), "qa1-1")
+    log = (home / "local-jobs" / "qa1-1" / "logs" / "train.log").read_text()
+    return QaRun(home, first, runner, plan, remote, log)
+
+
+def test_data_parallel_qa_job_completes_with_exact_match_and_f1(qa_run: QaRun) -> None:
+    remote = qa_run.remote
+    assert remote.status is RemoteStatus.COMPLETED, remote.failure_reason
+    assert remote.secondary_status == "Completed"
+    assert {"eval_exact_match", "eval_f1"} <= remote.final_metrics.keys()
+    assert 0 <= remote.final_metrics["eval_exact_match"] <= remote.final_metrics["eval_f1"] <= 100
+    assert remote.model_artifacts is not None
+    assert (Path(remote.model_artifacts) / "model.safetensors").is_file()
+    assert [t.status for t in remote.transitions][0] == "Starting"
+    assert [t.status for t in remote.transitions][-1] == "Completed"
+    assert remote.training_seconds and remote.billable_seconds == remote.training_seconds  # on-demand
+    # Two torchrun workers really shared the data (DDP over gloo), not two independent runs.
+    assert "[shard] rank=0 world_size=2" in qa_run.log
+    assert "[shard] rank=1 world_size=2" in qa_run.log
+
+
+def test_job_runs_like_a_sagemaker_container(qa_run: QaRun) -> None:
+    ((argv, env),) = qa_run.runner.spawned
+    assert argv[argv.index("--nproc_per_node") + 1] == "2"
+    assert "torch.distributed.run" in argv
+    script = next(i for i, arg in enumerate(argv) if arg.endswith("train_qa.py"))
+    args = argv[script + 1 :]
+    pairs = dict(zip(args[::2], args[1::2], strict=True))
+    assert pairs["--do_train"] == "True" and pairs["--pad_to_max_length"] == "True"
+    assert pairs["--fp16"] == "False" and pairs["--max_steps"] == "60"
+    checkpoint_dir = qa_run.home / "checkpoints" / "test-bucket" / "trainbot" / "qa1" / "checkpoints"
+    assert pairs["--checkpoint_dir"] == str(checkpoint_dir)
+    job = qa_run.home / "local-jobs" / "qa1-1"
+    assert env["SM_MODEL_DIR"] == str(job / "model") and env["SM_OUTPUT_DATA_DIR"] == str(job / "output")
+    assert Path(env["SM_CHANNEL_TRAIN"], "squad.jsonl").is_file() and Path(env["SM_CHANNEL_TEST"]).is_dir()
+    assert env["SM_NUM_GPUS"] == "0" and json.loads(env["SM_HOSTS"]) == [env["SM_CURRENT_HOST"]]
+    assert json.loads(env["SM_HPS"])["max_steps"] == 60
+    assert json.loads(env["SM_TRAINING_ENV"])["channel_input_dirs"]["train"] == env["SM_CHANNEL_TRAIN"]
+
+
+def test_launching_one_name_twice_starts_one_process(qa_run: QaRun) -> None:
+    assert len(qa_run.runner.spawned) == 1
+    assert qa_run.log.count("[trainbot] training process exited") == 1
+    assert qa_run.log.count("[shard] rank=0") == 1
+
+
+def test_a_new_backend_instance_describes_the_job(qa_run: QaRun) -> None:
+    fresh = LocalBackend(qa_run.home, clock=SystemClock(), offline=True)
+    remote = fresh.describe("qa1-1")
+    assert remote.status is RemoteStatus.COMPLETED
+    assert remote.final_metrics == qa_run.remote.final_metrics
+    assert [s.name for s in fresh.list_changed(None)] == ["qa1-1"]
+    assert fresh.list_changed(remote.last_modified) == []
+
+
+def test_metric_series_progress_and_links(qa_run: QaRun) -> None:
+    series = qa_run.first.metric_series("qa1-1")
+    steps = [p.x for p in series["loss"]]
+    assert steps == sorted(steps) and len(steps) == len(set(steps)) >= 5
+    assert series["eval_f1"][-1].value == pytest.approx(qa_run.remote.final_metrics["eval_f1"], abs=1e-3)
+    assert qa_run.first.progress("qa1-1") == pytest.approx(
+        {"step": 60, "max_steps": 60, "loss": series["loss"][-1].value, "eta_s": 0.0}, abs=1e-3
+    )
+    links = qa_run.first.console_links("qa1-1")
+    assert Path(links["log"]).is_file() and Path(links["model"]).is_dir()
+    assert qa_run.first.log_tail("qa1-1", 3)[-1] == "[trainbot] training process exited with code 0"
+
+
+def test_stopping_an_ended_job_says_so(qa_run: QaRun) -> None:
+    with pytest.raises(InvalidState, match="already ended"):
+        qa_run.first.stop("qa1-1")
+
+
+def test_spot_job_loses_capacity_then_the_next_attempt_resumes(home: Path) -> None:
+    # The default scale-down: 60 steps, a checkpoint every 10, so the reclaim lands mid-run.
+    backend = LocalBackend(home, clock=SystemClock(), offline=True)
+    plan = plan_for("distilbert-spot", "spot1")
+    checkpoints = backend.checkpoint_folder(plan.estimator["checkpoint_s3_uri"])
+    backend.launch("spot1-1", plan)
+    wait_until(lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")), every=0.05)
+    backend.take_capacity("spot1-1")
+
+    first = wait_terminal(backend, "spot1-1")
+    assert (first.status, first.secondary_status) == (RemoteStatus.STOPPED, "MaxWaitTimeExceeded")
+    assert "Interrupted" in [t.status for t in first.transitions]
+    assert first.failure_reason == ""
+    assert first.billable_seconds is not None and first.training_seconds is not None
+    assert first.billable_seconds < first.training_seconds  # spot bills a fraction
+    saved = max(int(p.parent.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*/trainer_state.json"))
+    assert 10 <= saved < 60
+    assert f"saved step {saved}" in "\n".join(backend.log_tail("spot1-1", 50))
+
+    backend.launch("spot1-2", plan)  # the watcher's relaunch: same lineage, same checkpoint URI
+    second = wait_terminal(backend, "spot1-2")
+    assert second.status is RemoteStatus.COMPLETED, second.failure_reason
+    assert backend.resumed_from_step("spot1-2") == saved
+    assert "eval_accuracy" in second.final_metrics
+    assert backend.metric_series("spot1-2")["loss"][0].x > saved  # no step trained twice
+
+
+def test_stopping_a_data_parallel_job_ends_it_stopped_after_a_save(home: Path) -> None:
+    backend = LocalBackend(home, clock=SystemClock(), offline=True, limits=LocalLimits(max_steps=100))
+    plan = plan_for("bert-squad max_steps=100", "stop1")
+    checkpoints = backend.checkpoint_folder(plan.estimator["checkpoint_s3_uri"])
+    backend.launch("stop1-1", plan)
+    wait_until(lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")), every=0.1)
+    backend.stop("stop1-1")
+    assert backend.describe("stop1-1").status in (RemoteStatus.STOPPING, RemoteStatus.STOPPED)
+    remote = wait_terminal(backend, "stop1-1")
+    assert (remote.status, remote.secondary_status) == (RemoteStatus.STOPPED, "Stopped")
+    assert [t.status for t in remote.transitions][-2:] == ["Stopping", "Stopped"]
+    assert remote.failure_reason == "" and remote.model_artifacts is None
+    # Both torchrun workers got the SIGTERM and agreed on one step to save at.
+    assert any("[checkpoint] interrupted: saved step" in line for line in backend.log_tail("stop1-1", 200))
+
+
+def test_a_job_past_max_run_is_stopped_on_the_injected_clock(home: Path) -> None:
+    clock = FakeClock()
+    backend = LocalBackend(home, clock=clock, offline=True)
+    backend.launch("slow1-1", plan_for("distilbert-spot max_run=1000", "slow1"))
+    clock.advance(999)
+    assert backend.describe("slow1-1").status is RemoteStatus.IN_PROGRESS
+    clock.advance(2)  # past max_run: the next look sends SIGTERM, as SageMaker stops such a job
+    assert backend.describe("slow1-1").secondary_status == "Stopping"
+    remote = wait_terminal(backend, "slow1-1")
+    assert (remote.status, remote.secondary_status) == (RemoteStatus.STOPPED, "MaxRuntimeExceeded")
+    assert remote.created_at == datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert remote.last_modified == remote.created_at + timedelta(seconds=1001)
+
+
+def test_bad_hyperparameter_fails_with_an_algorithm_error(home: Path) -> None:
+    backend = LocalBackend(home, clock=SystemClock(), offline=True)
+    backend.launch("bad1-1", plan_for("distilbert-spot spot=no lr_scheduler_type=sideways", "bad1"))
+    remote = wait_terminal(backend, "bad1-1")
+    assert remote.status is RemoteStatus.FAILED
+    assert remote.failure_reason.startswith("AlgorithmError: ")
+    assert "sideways" in remote.failure_reason
+    with pytest.raises(InvalidState, match="not a spot job|already ended"):
+        backend.take_capacity("bad1-1")
+
+
+def test_unknown_jobs_and_bad_names(trainbot_home: Path) -> None:
+    backend = LocalBackend(trainbot_home, clock=SystemClock(), offline=True)
+    with pytest.raises(NotFound, match="no-such-job"):
+        backend.describe("no-such-job")
+    for call in (backend.stop, backend.log_tail, backend.metric_series, backend.progress):
+        with pytest.raises(NotFound):
+            call("no-such-job")
+    with pytest.raises(BadInput, match="not valid"):
+        backend.launch("../escape", plan_for("bert-squad", "x"))
+    assert backend.list_changed(None) == []
+
+
+def test_scaling_note_says_what_runs_locally(trainbot_home: Path) -> None:
+    offline = LocalBackend(trainbot_home, clock=SystemClock(), offline=True)
+    assert offline.scaling_note(plan_for("bert-squad", "n1")) == (
+        "local: tiny BERT, 200 generated examples, 60 steps, 2 processes; fp16 off on the CPU"
+    )
+    assert "model parallel runs as plain DDP" in (offline.scaling_note(plan_for("roberta-mnli", "n2")) or "")
+    assert offline.scaling_note(plan_for("distilbert-spot", "n3")) == (
+        "local: tiny BERT, 200 generated examples, 60 steps, 1 process"
+    )
+    online = LocalBackend(trainbot_home, clock=SystemClock(), offline=False)
+    assert online.scaling_note(plan_for("distilbert-spot", "n4")) == (
+        "local: distilbert-base-uncased, dataset imdb from the hub, 60 steps, 1 process"
+    )
+    assert not (trainbot_home / "assets").exists()  # a plan card builds nothing
+
+
+def test_checkpoint_folders_follow_the_uri(trainbot_home: Path) -> None:
+    backend = LocalBackend(trainbot_home, clock=SystemClock(), offline=True)
+    one = backend.checkpoint_folder("s3://b/trainbot/lin-a/checkpoints")
+    assert one == trainbot_home / "checkpoints" / "b" / "trainbot" / "lin-a" / "checkpoints"
+    assert backend.checkpoint_folder("s3://b/trainbot/lin-a/checkpoints") == one
+    assert backend.checkpoint_folder("s3://b/trainbot/lin-b/checkpoints") != one
+    assert trainbot_home in backend.checkpoint_folder("s3://b/../../etc").parents
+
+
+def test_hyperparameters_are_passed_as_sagemaker_does() -> None:
+    assert script_arguments({"do_train": True, "fp16": False, "lr": 3e-05, "steps": 60, "name": "a b"}) == [
+        "--do_train",
+        "True",
+        "--fp16",
+        "False",
+        "--lr",
+        "3e-05",
+        "--steps",
+        "60",
+        "--name",
+        "a b",
+    ]
