@@ -198,3 +198,16 @@ def test_edit_opens_a_modal_and_its_submission_validates_fields(rig: Rig) -> Non
     assert "4 x ml.p3.16xlarge" in json.dumps(ephemeral.params["blocks"])
     assert train.decode_value(rig.world.ctx(), value_of({"blocks": ephemeral.params["blocks"]},
                                                        cards.ACTION_LAUNCH))[1].count("instance_count=4") == 1
+
+
+def test_the_manifest_declares_every_command_and_interactivity() -> None:
+    import yaml
+
+    from handlers.router import SLASH_COMMANDS
+
+    manifest = yaml.safe_load((Path(__file__).parents[2] / "slack-manifest.yaml").read_text())
+    declared = {c["command"] for c in manifest["features"]["slash_commands"]}
+    assert declared == set(SLASH_COMMANDS)
+    assert manifest["settings"]["interactivity"]["is_enabled"] and manifest["settings"]["socket_mode_enabled"]
+    scopes = set(manifest["oauth_config"]["scopes"]["bot"])
+    assert {"commands", "chat:write", "files:write", "im:write"} <= scopes

@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 
 BOT_TOKEN = "xoxb-test-token"
@@ -328,6 +329,12 @@ class SocketModeServer:
         with self._lock:
             self._connection = connection
             self._lock.notify_all()
+        try:
+            self._receive(connection)
+        except ConnectionClosed:
+            return
+
+    def _receive(self, connection: ServerConnection) -> None:
         for raw in connection:
             now = time.monotonic()
             data = json.loads(raw)
@@ -374,10 +381,11 @@ def signed_headers(
     from slack_sdk.signature import SignatureVerifier
 
     stamp = str(int(time.time()) if timestamp is None else timestamp)
+    signature = SignatureVerifier(secret).generate_signature(timestamp=stamp, body=body) or ""
     headers = {
         "Content-Type": "application/x-www-form-urlencoded",
         "X-Slack-Request-Timestamp": stamp,
-        "X-Slack-Signature": SignatureVerifier(secret).generate_signature(timestamp=stamp, body=body),
+        "X-Slack-Signature": signature,
     }
     if retry_num is not None:
         headers["X-Slack-Retry-Num"] = str(retry_num)
