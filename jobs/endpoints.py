@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import logging
+import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -118,7 +119,7 @@ class EndpointService:
             framework, note = choice.framework, choice.note
         request = DeployRequest(
             name=name,
-            model_name=model_name(name, self._clock.now().strftime("%Y%m%d-%H%M%S")),
+            model_name=model_name(name, f"{self._clock.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"),
             model_data=model_data,
             task=spec.task,
             framework=framework,

@@ -66,6 +66,7 @@ class SageMakerEndpoints:
         )
         self._sdk_session: Any = None
         self._sdk_lock = threading.Lock()
+        self._images: dict[tuple[Any, str | None], str] = {}
 
     # -- deploy ------------------------------------------------------------------------------------
 
@@ -88,9 +89,27 @@ class SageMakerEndpoints:
         _quiet_sdk_import()
         from sagemaker.huggingface import HuggingFaceModel  # imported on first deploy: about a second
 
-        return HuggingFaceModel(
+        remember_valid_configs()
+        model = HuggingFaceModel(
             **model_arguments(request, role=self._role_arn), sagemaker_session=self._session()
         )
+        model.image_uri = self._image_uri(model, request)
+        return model
+
+    def _image_uri(self, model: Any, request: DeployRequest) -> str:
+        """The SDK's own choice of inference image, remembered: reading its image tables takes a second."""
+        key = (request.framework, None if request.serverless else request.instance_type)
+        with self._sdk_lock:
+            if key not in self._images:
+                arguments = deploy_arguments(request)
+                self._images[key] = str(
+                    model.serving_image_uri(
+                        self.region,
+                        instance_type=arguments.get("instance_type"),
+                        serverless_inference_config=arguments.get("serverless_inference_config"),
+                    )
+                )
+            return self._images[key]
 
     def _session(self) -> Any:
         with self._sdk_lock:
@@ -180,6 +199,35 @@ class SageMakerEndpoints:
         return AwsContext(
             action=action, endpoint=endpoint_of(self._sm), role_arn=self._role_arn, bucket=self._bucket
         )
+
+
+def remember_valid_configs() -> None:
+    """Validate each SDK defaults config once, not on every lookup.
+
+    sagemaker 2.x checks the whole session config against its JSON schema (and the schema against the
+    meta-schema) each time it reads a default: about 22 times per deploy, seconds of CPU. The config is a
+    constant dict (`SDK_CONFIG`), so a config that passed once passes again; a new one is still checked.
+    """
+    _quiet_sdk_import()
+    import sagemaker.utils as sdk_utils
+
+    original = sdk_utils.validate_sagemaker_config
+    if getattr(original, "remembers_valid_configs", False):
+        return
+    valid: set[str] = set()
+    lock = threading.Lock()
+
+    def validate(sagemaker_config: Any = None) -> None:
+        key = json.dumps(sagemaker_config, sort_keys=True, default=str)
+        with lock:
+            if key in valid:
+                return
+        original(sagemaker_config)
+        with lock:
+            valid.add(key)
+
+    validate.remembers_valid_configs = True  # type: ignore[attr-defined]
+    sdk_utils.validate_sagemaker_config = validate
 
 
 def model_arguments(request: DeployRequest, *, role: str) -> dict[str, Any]:
