@@ -1,0 +1,89 @@
+"""Training-loss and evaluation curves of a lineage, as a PNG, from the backend's metric series.
+
+SageMaker's series come from CloudWatch (x = seconds since the attempt started); the local backend's from
+the parsed logs (x = step). Each attempt is its own line, so a relaunch shows where it picked up.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+# The bot runs headless, often in a worker thread: never a GUI backend. The Figure API below keeps no
+# pyplot global state, so plots from two threads do not mix.
+matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402
+
+from jobs.errors import TrainbotError  # noqa: E402
+from jobs.records import AttemptStatus, MetricSeries  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+    from jobs.backend import TrainingBackend
+    from jobs.store import Lineage
+
+log = logging.getLogger(__name__)
+
+LOSS_METRICS = ("loss", "eval_loss")
+EVAL_METRICS = ("eval_exact_match", "eval_f1", "eval_accuracy")
+
+
+def plot_series(
+    series_by_attempt: list[tuple[str, MetricSeries]], path: Path, *, title: str, xlabel: str = "step"
+) -> Path | None:
+    """Write the curves to `path` (its folder is made); None, and no file, when there is nothing to draw."""
+    loss = _pick(series_by_attempt, LOSS_METRICS)
+    evals = _pick(series_by_attempt, EVAL_METRICS)
+    if not loss and not evals:
+        return None
+    panels = [(name, lines) for name, lines in (("training loss", loss), ("evaluation", evals)) if lines]
+    fig = Figure(figsize=(6 * len(panels), 4), dpi=100)
+    for index, (name, lines) in enumerate(panels, start=1):
+        _draw(fig.add_subplot(1, len(panels), index), name, lines, xlabel)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def plot_lineage(lineage: Lineage, backend: TrainingBackend, path: Path) -> Path | None:
+    """The lineage's curves over all its attempts that ran; None when no attempt reported a metric."""
+    collected: list[tuple[str, MetricSeries]] = []
+    for attempt in lineage.attempts:
+        if attempt.status in (AttemptStatus.LAUNCH_FAILED, AttemptStatus.LAUNCHING):
+            continue
+        try:
+            collected.append((attempt.job_name, backend.metric_series(attempt.job_name)))
+        except TrainbotError as exc:  # a plot is a bonus: a missing series never blocks the report
+            log.warning("no metrics for %s: %s", attempt.job_name, exc)
+    xlabel = "seconds since the attempt started" if lineage.backend == "sagemaker" else "step"
+    return plot_series(collected, path, title=f"{lineage.id} ({lineage.spec.model})", xlabel=xlabel)
+
+
+_Line = tuple[str, list[float], list[float]]
+
+
+def _pick(series_by_attempt: list[tuple[str, MetricSeries]], names: tuple[str, ...]) -> list[_Line]:
+    lines: list[_Line] = []
+    several = len(series_by_attempt) > 1
+    for job_name, series in series_by_attempt:
+        for name in names:
+            points = series.get(name) or []
+            if points:
+                label = f"{name} ({job_name})" if several else name
+                lines.append((label, [p.x for p in points], [p.value for p in points]))
+    return lines
+
+
+def _draw(ax: Axes, title: str, lines: list[_Line], xlabel: str) -> None:
+    for label, xs, ys in lines:
+        ax.plot(xs, ys, marker="o" if len(xs) < 3 else None, label=label)
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")

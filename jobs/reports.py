@@ -1,0 +1,246 @@
+"""What a lineage did and cost: the report `trainbot status JOB` prints and the `completed` event carries.
+
+Works on running lineages too (a partial report). Spot savings = 1 - billable / training seconds, summed over
+the attempts, shown as a whole percentage ("70%").
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from jobs import pricing
+from jobs.errors import TrainbotError
+from jobs.records import AttemptStatus
+
+if TYPE_CHECKING:
+    from jobs.backend import TrainingBackend
+    from jobs.store import Attempt, Lineage
+
+log = logging.getLogger(__name__)
+
+#: The metrics a person looks for first, per task, in the order shown.
+HEADLINE_METRICS = {
+    "question-answering": (("exact_match", ("eval_exact_match", "exact_match")), ("f1", ("eval_f1", "f1"))),
+    "text-classification": (("accuracy", ("eval_accuracy", "accuracy")),),
+}
+
+
+@dataclass(frozen=True)
+class AttemptLine:
+    number: int
+    job_name: str
+    instance_type: str
+    spot: bool
+    status: str
+    reason: str  # why it ended, when it did not complete
+    billable_seconds: int | None
+    training_seconds: int | None
+    cost_usd: float
+    resumed_from_step: int | None  # steps this attempt did not redo thanks to the checkpoints
+
+
+@dataclass(frozen=True)
+class JobReport:
+    lineage_id: str
+    status: str
+    partial: bool  # the lineage is still running: figures so far
+    task: str
+    model: str
+    dataset: str
+    instance_count: int
+    metrics: dict[str, float]  # final metrics of the last attempt that reported any
+    headline: dict[str, float]  # EM/F1 or accuracy
+    duration_seconds: float | None
+    billable_seconds: int
+    training_seconds: int
+    cost_usd: float
+    on_demand_usd: float  # the same training seconds at on-demand prices
+    spot_savings: float | None  # a fraction; None without spot attempts or training time
+    attempts: tuple[AttemptLine, ...]
+    checkpoint_uri: str
+    links: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def spot_savings_pct(self) -> str | None:
+        return None if self.spot_savings is None else f"{round(self.spot_savings * 100)}%"
+
+    @property
+    def steps_saved(self) -> int:
+        return sum(a.resumed_from_step or 0 for a in self.attempts)
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["attempts"] = [asdict(a) for a in self.attempts]
+        data["cost_usd"] = round(self.cost_usd, 2)
+        data["on_demand_usd"] = round(self.on_demand_usd, 2)
+        data["spot_savings"] = self.spot_savings_pct
+        data["spot_savings_fraction"] = None if self.spot_savings is None else round(self.spot_savings, 4)
+        data["steps_saved"] = self.steps_saved
+        for line in data["attempts"]:
+            line["cost_usd"] = round(line["cost_usd"], 2)
+        return data
+
+    def to_text(self) -> str:
+        return "\n".join(_text_lines(self))
+
+
+def build_report(lineage: Lineage, backend: TrainingBackend, *, now: datetime | None = None) -> JobReport:
+    """The report of `lineage` as the store knows it; `backend` gives only the console links."""
+    spec = lineage.spec
+    lines = tuple(_attempt_line(a, spec.instance_count) for a in lineage.attempts)
+    billable = sum(a.billable_seconds or 0 for a in lineage.attempts)
+    training = sum(a.training_seconds or 0 for a in lineage.attempts)
+    metrics = _final_metrics(lineage.attempts)
+    return JobReport(
+        lineage_id=lineage.id,
+        status=lineage.status.value,
+        partial=not lineage.status.is_terminal(),
+        task=spec.task,
+        model=spec.model,
+        dataset=spec.dataset,
+        instance_count=spec.instance_count,
+        metrics=metrics,
+        headline=headline_metrics(spec.task, metrics),
+        duration_seconds=_duration(lineage, now),
+        billable_seconds=billable,
+        training_seconds=training,
+        cost_usd=sum(line.cost_usd for line in lines),
+        on_demand_usd=sum(_cost(a, spec.instance_count, a.training_seconds, spot=False) for a in lineage.attempts),
+        spot_savings=spot_savings(lineage.attempts),
+        attempts=lines,
+        checkpoint_uri=lineage.checkpoint_uri,
+        links=_links(lineage, backend),
+    )
+
+
+def spot_savings(attempts: tuple[Attempt, ...]) -> float | None:
+    """1 - billable / training over the attempts that report both; None without spot or training time."""
+    if not any(a.spot for a in attempts):
+        return None
+    timed = [a for a in attempts if a.training_seconds and a.billable_seconds is not None]
+    training = sum(a.training_seconds or 0 for a in timed)
+    if training <= 0:
+        return None
+    billable = sum(a.billable_seconds or 0 for a in timed)
+    return max(0.0, 1.0 - billable / training)
+
+
+def headline_metrics(task: str, metrics: dict[str, float]) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for label, names in HEADLINE_METRICS.get(task, ()):
+        value = next((metrics[n] for n in names if n in metrics), None)
+        if value is not None:
+            found[label] = value
+    return found
+
+
+def _attempt_line(attempt: Attempt, count: int) -> AttemptLine:
+    return AttemptLine(
+        number=attempt.number,
+        job_name=attempt.job_name,
+        instance_type=attempt.instance_type,
+        spot=attempt.spot,
+        status=attempt.status.value,
+        reason=_reason(attempt),
+        billable_seconds=attempt.billable_seconds,
+        training_seconds=attempt.training_seconds,
+        cost_usd=_cost(attempt, count, attempt.billable_seconds, spot=attempt.spot),
+        resumed_from_step=attempt.resumed_from_step,
+    )
+
+
+def _reason(attempt: Attempt) -> str:
+    if attempt.status in (AttemptStatus.COMPLETED, AttemptStatus.RUNNING, AttemptStatus.LAUNCHING):
+        return ""
+    return attempt.failure_reason or attempt.secondary_status
+
+
+def _cost(attempt: Attempt, count: int, seconds: int | None, *, spot: bool) -> float:
+    try:
+        return pricing.cost_of(attempt.instance_type, count, float(seconds or 0), spot)
+    except TrainbotError:  # a type the price table does not know: no figure rather than no report
+        log.warning("no price for %s; %s costed at 0", attempt.instance_type, attempt.job_name)
+        return 0.0
+
+
+def _final_metrics(attempts: tuple[Attempt, ...]) -> dict[str, float]:
+    for attempt in reversed(attempts):
+        if attempt.metrics:
+            return dict(attempt.metrics)
+    return {}
+
+
+def _duration(lineage: Lineage, now: datetime | None) -> float | None:
+    ends = [a.ended_at for a in lineage.attempts if a.ended_at is not None]
+    if lineage.status.is_terminal():
+        end = max(ends) if ends else lineage.updated_at
+    else:
+        end = now or max([lineage.updated_at, *(a.updated_at for a in lineage.attempts)])
+    seconds = (end - lineage.created_at).total_seconds()
+    return max(seconds, 0.0)
+
+
+def _links(lineage: Lineage, backend: TrainingBackend) -> dict[str, str]:
+    latest = lineage.latest_attempt
+    if latest is None:
+        return {}
+    try:
+        return dict(backend.console_links(latest.job_name))
+    except TrainbotError as exc:  # links are a convenience: the report stands without them
+        log.warning("no console links for %s: %s", latest.job_name, exc)
+        return {}
+
+
+# -- terminal rendering -----------------------------------------------------------------------------
+
+
+def _text_lines(report: JobReport) -> list[str]:
+    state = f"{report.status} (so far)" if report.partial else report.status
+    lines = [
+        f"Job {report.lineage_id}: {state}",
+        f"  {report.model} on {report.dataset} ({report.task}), {report.instance_count} instance(s)",
+    ]
+    if report.metrics:
+        shown = report.headline or report.metrics
+        lines.append("  metrics: " + ", ".join(f"{k} {v:.4g}" for k, v in shown.items()))
+    lines.append(
+        f"  duration {_hms(report.duration_seconds)}, training {_hms(report.training_seconds)}, "
+        f"billable {_hms(report.billable_seconds)}"
+    )
+    cost = f"  cost ${report.cost_usd:.2f}"
+    if report.spot_savings_pct is not None:
+        cost += f" (on-demand ${report.on_demand_usd:.2f}), spot savings {report.spot_savings_pct}"
+    lines.append(cost)
+    lines.append(f"  checkpoints {report.checkpoint_uri}")
+    lines.append("  attempts:")
+    lines.extend(_attempt_text(a) for a in report.attempts)
+    if report.steps_saved:
+        lines.append(f"  resuming from checkpoints saved {report.steps_saved} steps")
+    lines.extend(f"  {name}: {url}" for name, url in report.links.items())
+    return lines
+
+
+def _attempt_text(line: AttemptLine) -> str:
+    market = "spot" if line.spot else "on-demand"
+    text = f"    {line.number}. {line.job_name}  {line.instance_type} {market}  {line.status}"
+    if line.reason:
+        text += f"  ({line.reason})"
+    if line.billable_seconds is not None:
+        text += f"  billable {_hms(line.billable_seconds)}, ${line.cost_usd:.2f}"
+    if line.resumed_from_step:
+        text += f"  resumed at step {line.resumed_from_step} ({line.resumed_from_step} steps not redone)"
+    return text
+
+
+def _hms(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"

@@ -1,0 +1,278 @@
+"""The watcher: one cycle notices every change of the jobs we track and carries out the recovery policy.
+
+A cycle costs O(changed jobs / 100) API calls, not one per job:
+1. `list_changed(since=cursor - overlap)`: pages of recently modified jobs. The cursor is the newest
+   LastModifiedTime seen, in the backend's clock (no skew with ours), kept in the store's meta table;
+2. describe only the tracked jobs (active attempts) whose summary changed since this process last saw it,
+   plus LAUNCHING attempts (a launch whose outcome was never recorded);
+3. settle the active lineages from the store alone (jobs/settle.py): an ended latest attempt gets its
+   decision carried out, a due RELAUNCHING lineage is relaunched through JobService.relaunch.
+
+Exactly once: every step is a guarded store transition or a deduplicated outbox entry, and step 3 reads only
+the store, so a watcher killed between any two steps (or two watchers on one database) ends with exactly one
+new attempt and one announcement of each change.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from jobs import events
+from jobs.backend import TrainingBackend
+from jobs.clock import Clock
+from jobs.errors import BackendError, NotFound
+from jobs.plan import LaunchPlan
+from jobs.records import AttemptStatus, JobSummary, LineageStatus, MetricSeries, RemoteJob, RemoteStatus
+from jobs.recovery import LAUNCH_LOST, Notify, RecoveryPolicy, decide
+from jobs.service import JobService
+from jobs.settings import Settings
+from jobs.settle import CycleResult, Settler, change_key
+from jobs.store import Attempt, Store
+
+__all__ = ["CURSOR_KEY", "CycleResult", "Watcher"]
+
+log = logging.getLogger(__name__)
+
+CURSOR_KEY = "watcher.cursor"
+_ACTIVE = (AttemptStatus.LAUNCHING, AttemptStatus.RUNNING)
+_ENDED = {
+    RemoteStatus.COMPLETED: AttemptStatus.COMPLETED,
+    RemoteStatus.FAILED: AttemptStatus.FAILED,
+    RemoteStatus.STOPPED: AttemptStatus.STOPPED,
+}
+_MAX_LINEAGES = 100_000
+
+
+class _CountingBackend:
+    """The backend with every port call counted into the current cycle (reports and plots included)."""
+
+    def __init__(self, backend: TrainingBackend) -> None:
+        self._backend = backend
+        self.name = backend.name
+        self.calls = 0
+
+    def launch(self, job_name: str, plan: LaunchPlan) -> None:
+        self.calls += 1
+        self._backend.launch(job_name, plan)
+
+    def describe(self, job_name: str) -> RemoteJob:
+        self.calls += 1
+        return self._backend.describe(job_name)
+
+    def list_changed(self, since: datetime | None) -> list[JobSummary]:
+        self.calls += 1
+        return self._backend.list_changed(since)
+
+    def stop(self, job_name: str) -> None:
+        self.calls += 1
+        self._backend.stop(job_name)
+
+    def log_tail(self, job_name: str, lines: int = 40) -> list[str]:
+        self.calls += 1
+        return self._backend.log_tail(job_name, lines)
+
+    def metric_series(self, job_name: str) -> MetricSeries:
+        self.calls += 1
+        return self._backend.metric_series(job_name)
+
+    def console_links(self, job_name: str) -> dict[str, str]:
+        return self._backend.console_links(job_name)  # built locally, no API call
+
+    def scaling_note(self, plan: LaunchPlan) -> str | None:
+        return self._backend.scaling_note(plan)
+
+
+class Watcher:
+    def __init__(
+        self,
+        store: Store,
+        backend: TrainingBackend,
+        service: JobService,
+        clock: Clock,
+        settings: Settings,
+        *,
+        policy: RecoveryPolicy | None = None,
+        launch_grace_seconds: float = 300.0,
+        overlap_seconds: float = 120.0,
+        plots_dir: Path | None = None,
+    ) -> None:
+        self._store = store
+        self._backend = _CountingBackend(backend)
+        self._clock = clock
+        self._settings = settings
+        self._policy = policy or RecoveryPolicy.from_settings(settings)
+        # A launch may take a while (the SDK uploads the code first): only after this is "not found" lost.
+        self._grace = timedelta(seconds=launch_grace_seconds)
+        # LastModifiedTime is eventually consistent: re-list a little before the cursor.
+        self._overlap = timedelta(seconds=overlap_seconds)
+        self._settler = Settler(store, self._backend, service, clock, self._policy,
+                                plots_dir or settings.trainbot_home / "plots")
+        self._seen: dict[str, datetime] = {}  # job -> LastModifiedTime already handled by this process
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run_forever(self, stop_event: threading.Event) -> None:
+        """A cycle every TRAINBOT_POLL_SECONDS until `stop_event` is set; a failed cycle is logged, not fatal."""
+        while not stop_event.is_set():
+            try:
+                result = self.poll_once()
+                log.debug("cycle: %d calls, %d changes, %d actions", result.api_calls,
+                          len(result.changes), len(result.actions))
+            except Exception:
+                log.exception("watcher cycle failed; retrying next interval")
+            stop_event.wait(self._settings.trainbot_poll_seconds)
+
+    def poll_once(self) -> CycleResult:
+        cycle = CycleResult()
+        self._backend.calls = 0
+        active = {a.job_name: a for a in self._store.active_attempts()}
+        summaries = self._list_changed(cycle)
+        for name, summary in self._to_describe(summaries, active).items():
+            self._guard(cycle, name, lambda a=active[name], s=summary: self._check(a, s, cycle))
+        # A change that failed to be handled keeps the cursor put, so the next cycle lists it again.
+        handled = summaries is not None and not cycle.errors
+        lineages = self._store.list_lineages(active_only=True, limit=_MAX_LINEAGES)
+        for lineage in lineages:
+            self._guard(cycle, lineage.id, lambda ln=lineage: self._settler.settle(ln, cycle))
+        if handled and summaries is not None:
+            self._advance_cursor(summaries)
+        self._seen = {k: v for k, v in self._seen.items() if k in active}
+        cycle.api_calls += self._backend.calls
+        return cycle
+
+    def _guard(self, cycle: CycleResult, what: str, step: Any) -> None:
+        # One job's trouble never blocks the others; the cursor stays put so the next cycle redoes it.
+        try:
+            step()
+        except Exception as exc:
+            log.exception("watcher: %s failed", what)
+            cycle.errors.append(f"{what}: {exc}")
+
+    # -- 1. what changed --------------------------------------------------------------------------
+
+    def _list_changed(self, cycle: CycleResult) -> list[JobSummary] | None:
+        cursor = self._store.get_meta(CURSOR_KEY)
+        since = datetime.fromisoformat(cursor) - self._overlap if cursor else None
+        try:
+            summaries = self._backend.list_changed(since)
+        except BackendError as exc:
+            log.warning("could not list changed jobs: %s", exc)
+            cycle.errors.append(f"list_changed: {exc.message}")
+            return None
+        cycle.listed = len(summaries)
+        return summaries
+
+    def _to_describe(
+        self, summaries: list[JobSummary] | None, active: dict[str, Attempt]
+    ) -> dict[str, JobSummary | None]:
+        chosen: dict[str, JobSummary | None] = {}
+        for summary in summaries or []:
+            attempt = active.get(summary.name)
+            if attempt is None:
+                continue  # not ours, or already ended in our records
+            seen = self._seen.get(summary.name)
+            if seen is not None and seen == summary.last_modified and attempt.remote_status == summary.status.value:
+                continue
+            chosen[summary.name] = summary
+        for attempt in active.values():
+            if attempt.status is AttemptStatus.LAUNCHING:
+                chosen.setdefault(attempt.job_name, None)
+        return chosen
+
+    def _advance_cursor(self, summaries: list[JobSummary]) -> None:
+        stamps = [s.last_modified for s in summaries if s.last_modified is not None]
+        if not stamps:
+            return
+        newest = max(stamps)
+        cursor = self._store.get_meta(CURSOR_KEY)
+        if cursor is None or newest > datetime.fromisoformat(cursor):
+            self._store.set_meta(CURSOR_KEY, newest.isoformat())
+
+    # -- 2. describe and mirror -------------------------------------------------------------------
+
+    def _check(self, attempt: Attempt, summary: JobSummary | None, cycle: CycleResult) -> None:
+        cycle.described.append(attempt.job_name)
+        try:
+            remote = self._backend.describe(attempt.job_name)
+        except NotFound:
+            self._not_found(attempt, cycle)
+            return
+        if attempt.status is AttemptStatus.LAUNCHING:
+            # The launch went through; its record did not (a crash, or another thread is just finishing).
+            self._store.transition_attempt(attempt.job_name, [AttemptStatus.LAUNCHING], AttemptStatus.RUNNING)
+            self._store.transition_lineage(attempt.lineage_id, [LineageStatus.PENDING], LineageStatus.RUNNING)
+        if (remote.status.value, remote.secondary_status) != (attempt.remote_status, attempt.secondary_status):
+            self._announce_change(attempt, remote, cycle)
+        self._mirror(attempt, remote, cycle)
+        if summary is not None and summary.last_modified is not None:
+            self._seen[attempt.job_name] = summary.last_modified
+
+    def _not_found(self, attempt: Attempt, cycle: CycleResult) -> None:
+        if attempt.status is not AttemptStatus.LAUNCHING:
+            log.warning("%s is RUNNING in the store but unknown to the backend", attempt.job_name)
+            return
+        if self._clock.now() - attempt.created_at < self._grace:
+            return  # its launch may still be under way
+        # The launch never reached the backend: record that; settling relaunches it exactly once.
+        lost = self._store.transition_attempt(
+            attempt.job_name, [AttemptStatus.LAUNCHING], AttemptStatus.LAUNCH_FAILED,
+            remote_status=RemoteStatus.FAILED.value, secondary_status=LAUNCH_LOST,
+            failure_reason="the launch was never confirmed and the backend has no such job",
+        )
+        if lost:
+            cycle.actions.append(f"launch of {attempt.job_name} lost")
+
+    def _announce_change(self, attempt: Attempt, remote: RemoteJob, cycle: CycleResult) -> None:
+        before = f"{attempt.remote_status or '-'}/{attempt.secondary_status or '-'}"
+        cycle.changes.append(f"{attempt.job_name}: {before} -> {remote.status.value}/{remote.secondary_status}")
+        lineage = self._store.get_lineage(attempt.lineage_id)
+        if not attempt.remote_status and attempt.number > 1:
+            self._settler.announce_relaunched(lineage, attempt, None, cycle)
+        if remote.status.is_terminal():
+            return  # the ending is announced by the decision that settles it
+        decision = decide(lineage, attempt, remote, self._policy, self._clock.now())
+        if isinstance(decision, Notify) and decision.kind == events.INTERRUPTED:
+            payload = events.interrupted(lineage.id, attempt.job_name, attempt.instance_type)
+        else:
+            payload = events.state_line(lineage.id, attempt.job_name, remote.status.value, remote.secondary_status)
+        self._settler.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
+
+    def _mirror(self, attempt: Attempt, remote: RemoteJob, cycle: CycleResult) -> None:
+        fields = _mirrored(remote)
+        ended = _ENDED.get(remote.status)
+        if ended is None:
+            self._store.update_attempt(attempt.job_name, **fields)
+            return
+        if not self._store.transition_attempt(attempt.job_name, _ACTIVE, ended, **fields):
+            return
+        lineage = self._store.get_lineage(attempt.lineage_id)
+        if lineage.status is LineageStatus.STOPPED:
+            # A person stopped it; the lineage is already terminal, so settling would not see it.
+            self._settler.enqueue(lineage, events.stopped(lineage.id, attempt.job_name, remote.failure_reason),
+                          change_key(attempt.job_name, remote), cycle)
+            return
+        # Settle it now rather than in the sweep: detection to relaunch stays milliseconds however many
+        # lineages the sweep reads. The sweep still catches it if this process dies right here.
+        self._settler.settle(lineage, cycle)
+
+def _mirrored(remote: RemoteJob) -> dict[str, Any]:
+    fields: dict[str, Any] = {
+        "remote_status": remote.status.value,
+        "secondary_status": remote.secondary_status,
+        "failure_reason": remote.failure_reason,
+        "billable_seconds": remote.billable_seconds,
+        "training_seconds": remote.training_seconds,
+    }
+    if remote.final_metrics:
+        fields["metrics"] = dict(remote.final_metrics)
+    if remote.model_artifacts:
+        fields["model_artifacts"] = remote.model_artifacts
+    if remote.ended_at is not None:
+        fields["ended_at"] = remote.ended_at
+    return fields
+
+
