@@ -29,7 +29,7 @@ from jobs.service import JobService
 from jobs.settings import Settings
 from jobs.store import Store
 from jobs.watcher import Watcher
-from tests.support.moto_server import (  # noqa: F401, F811  (fixtures)
+from tests.support.moto_server import (  # noqa: F401  (fixtures)
     ACCOUNT_ID,
     REGION,
     CallRecorder,
@@ -72,7 +72,7 @@ class Rig:
 
 
 @pytest.fixture(scope="module")
-def rig(moto_aws_module: MotoAws, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+def rig(moto_aws_module: MotoAws, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:  # noqa: F811
     aws, home = moto_aws_module, tmp_path_factory.mktemp("sm-endpoints")
     clock = FakeClock(datetime.now(timezone.utc))
     store = Store(f"sqlite:///{home / 'trainbot.db'}", clock=clock)
