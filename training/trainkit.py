@@ -416,6 +416,7 @@ def make_callbacks(transformers_module: Any) -> tuple[Any, Any]:
             self.stopped_at: int | None = None
             self._group: Any = None
             self._distributed = False
+            self._step_ended = time.monotonic()
             signal.signal(signal.SIGTERM, self._on_signal)
 
         def _on_signal(self, signum, frame):
@@ -448,7 +449,14 @@ def make_callbacks(transformers_module: Any) -> tuple[Any, Any]:
             except Exception:  # noqa: BLE001 - e.g. smdistributed model parallel: decide locally
                 return self.requested
 
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                seconds = time.monotonic() - self._step_ended
+                print(f"[checkpoint] saved checkpoint-{state.global_step} in {seconds:.3f} s",
+                      file=sys.stderr, flush=True)
+
         def on_step_end(self, args, state, control, **kwargs):
+            self._step_ended = time.monotonic()
             if self._agreed():
                 self.requested = True
                 self.stopped_at = state.global_step

@@ -150,6 +150,8 @@ def build_tiny_bert(
     hidden_size: int = 64,
     num_layers: int = 2,
     vocab_size: int = 1000,
+    num_heads: int | None = None,
+    intermediate_size: int | None = None,
 ) -> Path:
     """A randomly initialised small BERT and a WordPiece tokenizer trained on `corpus`, saved to `dest`.
 
@@ -193,8 +195,8 @@ def build_tiny_bert(
         vocab_size=tok.get_vocab_size(),
         hidden_size=hidden_size,
         num_hidden_layers=num_layers,
-        num_attention_heads=max(1, hidden_size // 32),
-        intermediate_size=hidden_size * 2,
+        num_attention_heads=num_heads or max(1, hidden_size // 32),
+        intermediate_size=intermediate_size or hidden_size * 2,
         max_position_embeddings=512,
         pad_token_id=tok.token_to_id("[PAD]"),
     )

@@ -14,7 +14,7 @@ import torch
 
 from tests.training.conftest import QA_FAST, load_weights, popen_script, run_script, script_env
 
-MAX_STEPS = 80
+MAX_STEPS = 50
 
 
 def _args(root: Path) -> list[str]:
