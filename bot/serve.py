@@ -230,19 +230,27 @@ def serve(runtime: Runtime, *, http: bool, port: int, host: str = "0.0.0.0") -> 
 
 def _serve_http(parts: SlackParts, *, host: str, port: int) -> None:
     asgi = SlackHttpApp(parts.app)
+    # uvicorn handles SIGTERM/SIGINT while it serves (a graceful exit), then raises the signal again once
+    # it has stopped: these handlers take that second delivery, so the background work is shut down too.
+    _install_stop_handlers(threading.Event())
     log.info("serving Slack over HTTP at http://%s:%d%s", host, port, EVENTS_PATH)
     try:
-        http_server(asgi, host=host, port=port).run()  # uvicorn turns SIGTERM/SIGINT into a graceful exit
+        http_server(asgi, host=host, port=port).run()
     finally:
         asgi.close()
+
+
+def _install_stop_handlers(stop: threading.Event) -> None:
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stop.set())
 
 
 def _serve_socket_mode(runtime: Runtime, parts: SlackParts) -> None:
     token = runtime.settings.slack_app_token
     assert token is not None
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    _install_stop_handlers(stop)
     handler = socket_mode_handler(parts.app, token.get_secret_value(), parts.client)
     handler.connect()
     log.info("connected to Slack over Socket Mode")

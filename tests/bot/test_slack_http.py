@@ -211,3 +211,84 @@ def test_the_manifest_declares_every_command_and_interactivity() -> None:
     assert manifest["settings"]["interactivity"]["is_enabled"] and manifest["settings"]["socket_mode_enabled"]
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     assert {"commands", "chat:write", "files:write", "im:write"} <= scopes
+
+
+def test_serve_http_answers_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """`trainbot serve --http` as a process: /healthz, a signed command, then SIGTERM -> exit 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tests.support.moto_server import free_port
+
+    with SlackApiServer() as slack:
+        port = free_port()
+        env = dict(os.environ, SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_SIGNING_SECRET=SECRET, SLACK_API_URL=slack.base_url,
+                   TRAINBOT_BACKEND="local", TRAINBOT_HOME=str(tmp_path), PYTHONPATH=str(Path(__file__).parents[2]))
+        process = subprocess.Popen([sys.executable, "-m", "bot", "serve", "--http", "--port", str(port)], env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1) as answer:
+                        assert answer.status == 200
+                        break
+                except OSError:
+                    assert process.poll() is None, process.communicate()
+                    assert time.monotonic() < deadline, "the server never came up"
+                    time.sleep(0.1)
+            body = urlencode(slash_command("/jobs", ""))
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/slack/events", data=body.encode(),
+                                             headers=signed_headers(SECRET, body))
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                assert "No jobs yet" in json.loads(answer.read())["text"]
+            process.send_signal(signal.SIGTERM)
+            _, stderr = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        assert process.returncode == 0, stderr.decode()
+        assert b"Traceback" not in stderr
+        assert "stopped cleanly" in (tmp_path / "trainbot.log").read_text()
+
+
+def test_posts_are_paced_per_channel() -> None:
+    now = [0.0]
+    slept: list[float] = []
+    pacer = ChannelPacer(1.0, monotonic=lambda: now[0], sleep=slept.append)
+    assert [pacer.wait("C1"), pacer.wait("C1"), pacer.wait("C2"), pacer.wait("C1")] == [0.0, 1.0, 0.0, 2.0]
+    now[0] = 10.0
+    assert pacer.wait("C1") == 0.0 and slept == [1.0, 2.0]
+
+
+def test_slack_chat_paces_posts_and_turns_failures_into_chat_unavailable(tmp_path: Path) -> None:
+    from handlers.chat import ChatUnavailable
+    from jobs.settings import Settings
+
+    with SlackApiServer() as slack:
+        settings = Settings(slack_bot_token=BOT_TOKEN, slack_api_url=slack.base_url.rstrip("/"))
+        chat = SlackChat(make_web_client(settings), pacer=ChannelPacer(0.2))
+        for _ in range(3):
+            chat.post("C1", "hi")
+        chat.post("C2", "other")
+        c1 = [c.at for c in slack.calls_to("chat.postMessage") if c.params["channel"] == "C1"]
+        assert c1[2] - c1[0] >= 0.38
+        slack.fail("chat.postMessage", error="channel_not_found")
+        with pytest.raises(ChatUnavailable, match="channel_not_found") as caught:
+            chat.post("C3", "hi")
+        assert BOT_TOKEN not in str(caught.value)
+        slack.set_down(True)
+        with pytest.raises(ChatUnavailable):
+            chat.update("C3", "1.0", "hi")
+        slack.set_down(False)
+        png = tmp_path / "curve.png"
+        png.write_bytes(b"\x89PNG")
+        chat.upload_file("C1", png, title="Loss", thread_ts="1.1")
+        done, = slack.calls_to("files.completeUploadExternal")
+        assert done.params["files"][0]["title"] == "Loss" and done.params["thread_ts"] == "1.1"
+        chat.dm("U_ALICE", "hello")
+        chat.dm("U_ALICE", "again")
+        assert len(slack.calls_to("conversations.open")) == 1

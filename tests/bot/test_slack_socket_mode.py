@@ -99,3 +99,32 @@ def test_a_stranger_is_refused_over_socket_mode(rig: Rig) -> None:
     assert ack.payload is not None and "not allowed" in ack.payload["text"]
     assert [e.action for e in rig.world.store.audit_log()] == ["train.refused"]
     assert "blocks" not in json.dumps(ack.payload) or not ack.payload.get("blocks")
+
+
+def test_serve_over_socket_mode_then_stop_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """`trainbot serve` as a process (Socket Mode, the default): a command envelope acked, SIGTERM -> exit 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    with SlackApiServer() as slack:
+        socket = SocketModeServer().start()
+        slack.socket_url = socket.url
+        env = dict(os.environ, SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_APP_TOKEN=APP_TOKEN, SLACK_API_URL=slack.base_url,
+                   TRAINBOT_BACKEND="local", TRAINBOT_HOME=str(tmp_path), PYTHONPATH=str(Path(__file__).parents[2]))
+        process = subprocess.Popen([sys.executable, "-m", "bot", "serve"], env=env,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            socket.wait_connected(timeout=30)
+            ack = socket.wait_ack(socket.send("slash_commands", slash_command("/jobs", "")))
+            assert ack.payload is not None and "No jobs yet" in ack.payload["text"]
+            process.send_signal(signal.SIGTERM)
+            _, stderr = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            socket.stop()
+        assert process.returncode == 0, stderr.decode()
+        assert b"Traceback" not in stderr
+        assert "stopped cleanly" in (tmp_path / "trainbot.log").read_text()

@@ -62,6 +62,12 @@ class SlackApiServer:
         self._thread.start()
         return self
 
+    def __enter__(self) -> SlackApiServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
