@@ -1,0 +1,1 @@
+"""Training backends: the only modules that touch AWS (SageMaker) or local processes."""

@@ -1,0 +1,92 @@
+"""AWS sessions for the SageMaker backend: bounded retries and timeouts, and an SDK session that
+never phones home.
+
+Every client the bot or the SDK creates inherits one botocore Config (the botocore session's default
+client config), so throttling is retried with adaptive back-off and an unreachable endpoint fails in
+well under a minute: max_attempts x connect_timeout plus back-off (4 x 5 s + at most 1+2+4 s).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import botocore.session
+from botocore.config import Config
+
+if TYPE_CHECKING:
+    from sagemaker.session import Session as SdkSession
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTEMPTS = 4  # the first call and three retries
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 10  # control-plane calls answer in well under a second; uploads are small tarballs
+
+#: sagemaker 2.x's intelligent-defaults config with telemetry off. With telemetry on, every decorated
+#: SDK call (fit() included) sends a request to an S3 URL, which hangs where there is no network.
+#: Passing the dict also stops the SDK from reading config files from disk or S3.
+SDK_CONFIG: dict[str, Any] = {
+    "SchemaVersion": "1.0",
+    "SageMaker": {"PythonSDK": {"Modules": {"TelemetryOptOut": True}}},
+}
+
+
+def client_config(max_attempts: int = MAX_ATTEMPTS) -> Config:
+    return Config(
+        # total_max_attempts counts the first call; botocore's `max_attempts` key would mean retries.
+        retries={"mode": "adaptive", "total_max_attempts": max_attempts},
+        connect_timeout=CONNECT_TIMEOUT_S,
+        read_timeout=READ_TIMEOUT_S,
+    )
+
+
+def make_boto_session(region: str | None = None, *, max_attempts: int = MAX_ATTEMPTS) -> boto3.Session:
+    """A boto3 session on the standard credential chain and variables (AWS_ENDPOINT_URL included),
+    whose every client uses `client_config`."""
+    core = botocore.session.get_session()
+    core.set_default_client_config(client_config(max_attempts))
+    return boto3.Session(botocore_session=core, region_name=region or None)
+
+
+def endpoint_of(client: Any) -> str:
+    return str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "AWS")
+
+
+def _quiet_sdk_import() -> None:
+    """sagemaker 2.x prints a v3 deprecation notice and config INFO lines (to stdout) on import and
+    on each estimator; they would corrupt the CLI's output. Set before the first import."""
+    os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
+    config_logger = logging.getLogger("sagemaker.config")
+    if config_logger.level == logging.NOTSET:
+        config_logger.setLevel(logging.WARNING)
+
+
+def build_sdk_session(boto_session: boto3.Session, *, bucket: str, config: Config) -> SdkSession:
+    """The SDK session: the given boto session and clients built with `config`, `default_bucket` set
+    (otherwise the SDK derives one from the account id through STS), telemetry off."""
+    _quiet_sdk_import()
+    # Imported here: the SDK takes about a second to import and only launches need it.
+    from sagemaker.session import Session
+
+    return Session(
+        boto_session=boto_session,
+        sagemaker_client=boto_session.client("sagemaker", config=config),
+        sagemaker_runtime_client=boto_session.client("sagemaker-runtime", config=config),
+        sagemaker_featurestore_runtime_client=boto_session.client(
+            "sagemaker-featurestore-runtime", config=config
+        ),
+        sagemaker_metrics_client=boto_session.client("sagemaker-metrics", config=config),
+        default_bucket=bucket,
+        sagemaker_config=SDK_CONFIG,
+    )
+
+
+def huggingface_estimator(**kwargs: Any) -> Any:
+    """`sagemaker.huggingface.HuggingFace(**kwargs)`, imported on first use."""
+    _quiet_sdk_import()
+    from sagemaker.huggingface import HuggingFace
+
+    return HuggingFace(**kwargs)
