@@ -219,7 +219,7 @@ def serve(runtime: Runtime, *, http: bool, port: int, host: str = "0.0.0.0") -> 
     runtime.start_background(parts.chat)
     try:
         if http:
-            _serve_http(parts, host=host, port=port)
+            _serve_http(runtime, parts, host=host, port=port)
         else:
             _serve_socket_mode(runtime, parts)
     finally:
@@ -228,8 +228,8 @@ def serve(runtime: Runtime, *, http: bool, port: int, host: str = "0.0.0.0") -> 
     return 0
 
 
-def _serve_http(parts: SlackParts, *, host: str, port: int) -> None:
-    asgi = SlackHttpApp(parts.app)
+def _serve_http(runtime: Runtime, parts: SlackParts, *, host: str, port: int) -> None:
+    asgi = SlackHttpApp(parts.app, health=lambda: _store_answers(runtime))
     # uvicorn handles SIGTERM/SIGINT while it serves (a graceful exit), then raises the signal again once
     # it has stopped: these handlers take that second delivery, so the background work is shut down too.
     _install_stop_handlers(threading.Event())
@@ -238,6 +238,16 @@ def _serve_http(parts: SlackParts, *, host: str, port: int) -> None:
         http_server(asgi, host=host, port=port).run()
     finally:
         asgi.close()
+
+
+def _store_answers(runtime: Runtime) -> bool:
+    """/healthz: the process serves and its store answers."""
+    try:
+        runtime.store.get_meta("healthz")
+    except Exception:
+        log.exception("health check: the store does not answer")
+        return False
+    return True
 
 
 def _install_stop_handlers(stop: threading.Event) -> None:

@@ -292,3 +292,25 @@ def test_slack_chat_paces_posts_and_turns_failures_into_chat_unavailable(tmp_pat
         chat.dm("U_ALICE", "hello")
         chat.dm("U_ALICE", "again")
         assert len(slack.calls_to("conversations.open")) == 1
+
+
+def test_user_groups_in_the_allow_list_are_resolved_through_slack(tmp_path: Path) -> None:
+    from bot.slack_app import GroupDirectory
+    from handlers import router
+    from jobs.records import Actor
+
+    with SlackApiServer() as slack:
+        slack.usergroups = {"S_TEAM": ["U_CAROL"], "S_OTHER": ["U_BOB"]}
+        world = make_world(tmp_path, slack_bot_token=BOT_TOKEN, slack_api_url=slack.base_url,
+                           trainbot_allowed_users=("S_TEAM",))
+        groups = GroupDirectory(make_web_client(world.settings), world.settings)
+        assert groups.groups_of("U_CAROL") == ("S_TEAM",) and groups.groups_of("U_BOB") == ("S_OTHER",)
+        assert len(slack.calls_to("usergroups.list")) == 1  # cached
+        carol = router.run_command(world.ctx(Actor("U_CAROL", "C_ML", groups.groups_of("U_CAROL"), "slack")),
+                                   "train", "bert-squad")
+        bob = router.run_command(world.ctx(Actor("U_BOB", "C_ML", groups.groups_of("U_BOB"), "slack")),
+                                 "train", "bert-squad")
+        assert carol.blocks and "not allowed" in bob.text
+    nobody = GroupDirectory(make_web_client(world.settings), world.settings.model_copy(
+        update={"trainbot_allowed_users": ("U_ALICE",)}))
+    assert nobody.groups_of("U_CAROL") == ()  # no group configured: Slack is not asked
