@@ -16,7 +16,7 @@ from typing import Any
 
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock
-from jobs.errors import BackendError, BudgetExceeded, InvalidState, NotFound, PermissionDenied
+from jobs.errors import BudgetExceeded, InvalidState, NotFound, PermissionDenied, TrainbotError
 from jobs.grammar import parse_command
 from jobs.permissions import AccessPolicy
 from jobs.plan import LINEAGE_PLACEHOLDER, LaunchPlan, build_plan, checkpoint_uri
@@ -145,7 +145,7 @@ class JobService:
         job_name = f"{lineage.id}-1"
         try:
             self._backend.launch(job_name, plan)
-        except BackendError as exc:
+        except TrainbotError as exc:  # ConfigError and SpecError too: no job exists
             self._store.transition_attempt(
                 job_name, [AttemptStatus.LAUNCHING], AttemptStatus.LAUNCH_FAILED, failure_reason=exc.message
             )
@@ -212,7 +212,7 @@ class JobService:
         )
         try:
             self._backend.launch(attempt.job_name, plan)
-        except BackendError as exc:
+        except TrainbotError as exc:  # ConfigError and SpecError too: no job exists
             # The lineage keeps its status (RELAUNCHING): what comes next is the watcher's decision.
             self._store.transition_attempt(
                 attempt.job_name,

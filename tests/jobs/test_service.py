@@ -15,10 +15,12 @@ from jobs.errors import (
     BackendUnavailable,
     BudgetExceeded,
     CapacityError,
+    ConfigError,
     InvalidState,
     NotFound,
     PermissionDenied,
     SpecError,
+    TrainbotError,
 )
 from jobs.grammar import parse_command
 from jobs.plan import LINEAGE_PLACEHOLDER
@@ -164,14 +166,19 @@ def test_a_crash_before_the_cloud_call_leaves_records_that_say_so(
     assert backend.created == []
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        CapacityError("No spot capacity for ml.p3.2xlarge in us-east-1 right now: try spot=no or another type."),
+        ConfigError("AWS has no credentials for the bot: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY."),
+    ],
+    ids=["capacity", "misconfigured"],
+)
 def test_a_refused_launch_is_recorded_as_failed_with_the_reason(
-    service: JobService, store: Store, backend: ScriptedBackend
+    service: JobService, store: Store, backend: ScriptedBackend, error: TrainbotError
 ) -> None:
-    error = CapacityError(
-        "No spot capacity for ml.p3.2xlarge in us-east-1 right now: try spot=no or another type."
-    )
     backend.fail_launch(error)
-    with pytest.raises(CapacityError) as raised:
+    with pytest.raises(type(error)) as raised:
         service.launch(SPOT, actor=ALICE)
     assert raised.value is error
     (lineage,) = store.list_lineages()
