@@ -148,6 +148,12 @@ class Console:
         return 0
 
     def run_script(self, lines: list[str]) -> int:
+        self.play(lines)
+        self.wait_for(None)
+        return self.exit_code()
+
+    def play(self, lines: list[str]) -> None:
+        """Lines as if typed, each after the previous one's background work (a launch, a stop) is done."""
         for raw in lines:
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -157,8 +163,6 @@ class Console:
             self.settle()
             if self._quit:
                 break
-        self.wait_for(None)
-        return self.exit_code()
 
     def _read(self, stdin: TextIO, *, interactive: bool) -> str | None:
         self.chat.screen.prompt(True)

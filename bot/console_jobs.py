@@ -141,11 +141,12 @@ class JobTicker:
 
 def _has_checkpoint(backend: Any, job_name: str) -> bool:
     try:
-        folder = Path(backend.console_links(job_name).get("checkpoints", ""))
+        where = backend.console_links(job_name).get("checkpoints", "")
     except TrainbotError:
         return False
+    folder = Path(where)
     # trainer_state.json is written last into a checkpoint folder: its presence means a whole one.
-    return folder.is_dir() and any(folder.glob("checkpoint-*/trainer_state.json"))
+    return bool(where) and folder.is_dir() and any(folder.glob("checkpoint-*/trainer_state.json"))
 
 
 def session_lineages(store: Store, actor: Actor, since: datetime) -> list[Lineage]:

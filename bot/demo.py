@@ -1,0 +1,108 @@
+"""`trainbot demo`: the article's three recipes, scaled down, one after another, in a console session.
+
+Each recipe is typed into the console as a person would (`/train PRESET`, `launch`, then waiting for
+the job), so the demo shows the real bot: plan cards, live progress, the spot interruption the console
+simulates and the watcher recovers from the checkpoints, and each final report. It ends with a table:
+wall time, attempts (the spot job has two), the headline metrics, what SageMaker would have charged for
+this run's billable seconds at the plan's prices, the plan's expected cost of the full-size run, and the
+spot savings (1 - billable / training seconds). Exit 0 when all three completed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+from bot import console_render as render
+from bot.console import Console, tune_for_terminal
+from bot.console_chat import Screen
+from jobs.pricing import estimate, usd
+from jobs.records import LineageStatus
+from jobs.reports import JobReport, build_report
+
+if TYPE_CHECKING:
+    from bot.wiring import Runtime
+
+
+@dataclass(frozen=True)
+class Recipe:
+    title: str
+    command: str  # what is typed after /train
+
+
+RECIPES = (
+    Recipe("QA, data parallel (2 processes)", "bert-squad"),
+    Recipe("sentence pairs (MNLI-style)", "roberta-mnli"),
+    Recipe("managed spot, interrupted", "distilbert-spot"),
+)
+HEADERS = ("recipe", "job", "wall", "attempts", "metrics", "SageMaker, this run", "full-size plan", "spot savings")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    recipe: Recipe
+    wall_seconds: float
+    report: JobReport | None
+    planned_usd: float  # the plan's expected cost of the full-size run on SageMaker
+
+
+def run_demo(runtime: Runtime, *, stdout: TextIO | None = None) -> int:
+    out = stdout or sys.stdout
+    tune_for_terminal(runtime)
+    console = Console(runtime, Screen(out, redraw_prompt=False))
+    console.start()
+    started = time.monotonic()
+    try:
+        outcomes = [_run_recipe(console, number, recipe) for number, recipe in enumerate(RECIPES, 1)]
+    finally:
+        console.stop()
+    total = time.monotonic() - started
+    console.chat.say("", *summary(outcomes), "", f"demo wall time: {total:.0f} s")
+    return 0 if all(o.report is not None and o.report.status == LineageStatus.COMPLETED.value
+                    for o in outcomes) else 1
+
+
+def _run_recipe(console: Console, number: int, recipe: Recipe) -> Outcome:
+    console.chat.say("", f"== {number}/{len(RECIPES)} {recipe.title}: /train {recipe.command} ==")
+    before = {lineage.id for lineage in console.session()}
+    started = time.monotonic()
+    console.play([f"/train {recipe.command}", "launch", "/wait $last"])
+    wall = time.monotonic() - started
+    new = [lineage for lineage in console.session() if lineage.id not in before]
+    if not new:
+        return Outcome(recipe, wall, None, 0.0)
+    lineage = new[-1]
+    planned = estimate(lineage.spec).expected_usd
+    return Outcome(recipe, wall, build_report(lineage, console.runtime.backend), planned)
+
+
+def summary(outcomes: list[Outcome]) -> list[str]:
+    """The closing table (one row a recipe)."""
+    rows = [_row(outcome) for outcome in outcomes]
+    return render.table(HEADERS, rows)
+
+
+def _row(outcome: Outcome) -> list[str]:
+    report = outcome.report
+    wall = f"{outcome.wall_seconds:.0f} s"
+    if report is None:
+        return [outcome.recipe.command, "not launched", wall, "-", "-", "-", "-", "-"]
+    job = report.lineage_id if report.status == LineageStatus.COMPLETED.value else f"{report.lineage_id} ({report.status})"
+    return [
+        outcome.recipe.command,
+        job,
+        wall,
+        str(len(report.attempts)),
+        _metrics(report.headline),
+        usd(report.cost_usd),
+        usd(outcome.planned_usd),
+        report.spot_savings_pct or "-",
+    ]
+
+
+def _metrics(headline: dict[str, float]) -> str:
+    if not headline:
+        return "-"
+    return ", ".join(f"{name} {value:.3g}" for name, value in headline.items())

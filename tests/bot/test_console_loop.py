@@ -1,0 +1,109 @@
+"""The console loop in-process, on a scripted backend peer: fast checks of what the end-to-end run can't
+cheaply show (a failed job makes a script exit 1; piped input; tuning; console-only commands)."""
+
+from __future__ import annotations
+
+import io
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from bot.console import run_console, tune_for_terminal
+from bot.wiring import Runtime, build_runtime
+from jobs.clock import SystemClock
+from jobs.records import RemoteStatus
+from jobs.settings import Settings
+from tests.jobs.fakes import ScriptedBackend
+
+
+def runtime_on(backend: ScriptedBackend, home: Path, **settings: object) -> Runtime:
+    return build_runtime(Settings(trainbot_home=home, **settings), clock=backend.clock, backend=backend)  # type: ignore[arg-type]
+
+
+def fail_soon(backend: ScriptedBackend, reason: str) -> None:
+    """Every job the backend launches fails a moment later, as a crashing training script would."""
+
+    def later(job_name: str) -> None:
+        def fail() -> None:
+            now = backend.clock.now()
+            backend.set_logs(job_name, ["loading data", "ValueError: the train channel is empty"])
+            backend.set_remote(job_name, RemoteStatus.FAILED, failure_reason=reason, created_at=now,
+                               last_modified=now + timedelta(seconds=1), ended_at=now)
+
+        threading.Timer(0.5, fail).start()
+
+    backend.on_launch = later
+
+
+@pytest.mark.timeout(60)
+def test_a_script_whose_job_fails_exits_one_and_shows_why(tmp_path: Path) -> None:
+    backend = ScriptedBackend(clock=SystemClock())
+    fail_soon(backend, "AlgorithmError: ValueError: the train channel is empty")
+    script = tmp_path / "fails.txt"
+    script.write_text("/train bert-squad\nlaunch\n")
+    out = io.StringIO()
+
+    code = run_console(runtime_on(backend, tmp_path / "home"), script, stdout=out)
+
+    transcript = out.getvalue()
+    assert code == 1, transcript
+    assert "AlgorithmError: ValueError: the train channel is empty" in transcript
+    assert "\n        loading data\n" in transcript  # the log tail, as code in the job's thread
+    assert "✉ direct message to console:" in transcript
+    assert transcript.rstrip().splitlines()[-1].startswith("failed: bert-squad-")
+
+
+@pytest.mark.timeout(60)
+def test_piped_lines_are_echoed_and_end_at_eof(tmp_path: Path) -> None:
+    backend = ScriptedBackend(clock=SystemClock())
+    out = io.StringIO()
+    lines = io.StringIO("help\n/train distilbert-spot\ncancel\nlaunch\n/capacity\n/capacity nope-1\n")
+
+    code = run_console(runtime_on(backend, tmp_path / "home"), stdin=lines, stdout=out)
+
+    transcript = out.getvalue()
+    assert code == 0
+    assert transcript.startswith("trainbot console on the fake backend; type help, or quit to leave\ntrainbot> help\n")
+    assert "Buttons you can press now: none yet" in transcript
+    assert "trainbot> cancel\nCancelled: nothing was launched." in transcript
+    # Cancel answered the plan card, so its Launch button is gone, as in Slack.
+    assert "trainbot> launch\nUnknown input `launch`" in transcript
+    assert "trainbot> /capacity\nUsage: /capacity JOB" in transcript
+    assert "trainbot> /capacity nope-1\n" in transcript and backend.created == []
+
+
+@pytest.mark.timeout(60)
+def test_stop_button_asks_nothing_in_a_script_and_quit_ends_it(tmp_path: Path) -> None:
+    backend = ScriptedBackend(clock=SystemClock())
+    script = tmp_path / "stop.txt"
+    script.write_text("/train bert-squad\nlaunch\nstop $last\nquit\n/jobs\n")
+    out = io.StringIO()
+
+    code = run_console(runtime_on(backend, tmp_path / "home"), script, stdout=out)
+
+    transcript = out.getvalue()
+    assert code == 0, transcript
+    assert "(Stop this job? The container gets SIGTERM" in transcript
+    assert len(backend.stopped) == 1
+    assert "trainbot> /jobs" not in transcript  # nothing after quit is read
+    assert transcript.rstrip().endswith("stopped")
+
+
+def test_missing_script_is_one_line_and_exit_two(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    backend = ScriptedBackend(clock=SystemClock())
+    assert run_console(runtime_on(backend, tmp_path / "home"), tmp_path / "nope.txt") == 2
+    assert capsys.readouterr().err.strip() == (
+        f"trainbot: script {tmp_path / 'nope.txt'} does not exist; give the path of a text file of commands."
+    )
+
+
+def test_terminal_tuning_keeps_what_the_environment_set(tmp_path: Path) -> None:
+    backend = ScriptedBackend(clock=SystemClock())
+    default = runtime_on(backend, tmp_path / "a")
+    tune_for_terminal(default)
+    chosen = runtime_on(backend, tmp_path / "b", trainbot_poll_seconds=7, trainbot_relaunch_backoff_seconds=0)
+    tune_for_terminal(chosen)
+    assert (default.settings.trainbot_poll_seconds, default.settings.trainbot_relaunch_backoff_seconds) == (1.0, 2.0)
+    assert (chosen.settings.trainbot_poll_seconds, chosen.settings.trainbot_relaunch_backoff_seconds) == (7, 0)

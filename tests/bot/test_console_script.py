@@ -1,0 +1,133 @@
+"""`trainbot console --script` end to end: the installed command, the local backend, the tiny model.
+
+One console run covers the issue's scenario (one run, because every local job pays a torch start-up):
+a QA job (data parallel as 2 processes), a sentence-pair classification job, a spot job that loses its
+capacity and is relaunched from its checkpoints, /jobs, /stop of a running job, and bad input named back.
+The transcript is what a person would read; the job folders are what really ran.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = """\
+# the three recipes, a job stopped, and mistakes
+/train bert-squad hp.max_steps=30
+launch
+/train roberta-mnli hp.max_steps=30
+launch
+/train distilbert-spot hp.max_steps=40
+launch
+/train bert-squad instances=1 hp.max_steps=20
+launch
+/stop $last
+/jobs
+/trian bert-squad
+/train bert-squad instances=zero
+lunch
+/job $9
+"""
+
+
+def trainbot_command() -> Path:
+    """The `trainbot` the package installed next to this interpreter (the README's .venv/bin/trainbot)."""
+    command = Path(sys.executable).parent / "trainbot"
+    if not command.is_file():
+        pytest.fail(f"{command} is missing: install the project (pip install -e '.[test]') first")
+    return command
+
+
+def run_script(home: Path, script: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    path = home.parent / "script.txt"
+    path.write_text(script)
+    env = {**os.environ, "TRAINBOT_HOME": str(home), "PYTHONIOENCODING": "utf-8"}
+    return subprocess.run([str(trainbot_command()), "console", "--script", str(path)], env=env, cwd=home.parent,
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    home = tmp_path_factory.mktemp("console") / "home"
+    return run_script(home, SCRIPT, timeout=420), home
+
+
+def lineage_ids(transcript: str, preset: str) -> list[str]:
+    return list(dict.fromkeys(re.findall(rf"^┌ ({preset}-[0-9a-f]+)$", transcript, re.MULTILINE)))
+
+
+@pytest.mark.timeout(480)
+def test_script_exits_zero_when_its_jobs_have_ended(session: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    result, _ = session
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    done = result.stdout.strip().splitlines()[-1]
+    assert done.startswith("script done:")
+    assert done.count(" completed") == 3 and done.count(" stopped") == 1
+
+
+@pytest.mark.timeout(480)
+def test_lines_are_echoed_and_plan_cards_show_the_scale_down(
+    session: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    out = session[0].stdout
+    assert "trainbot> /train bert-squad hp.max_steps=30\n┌ Plan: bert-large-uncased-whole-word-masking" in out
+    assert "└ [Launch] [Edit] [Cancel]" in out
+    assert re.search(r"│ ℹ local: tiny BERT, 200 generated examples, 30 steps, 2 processes", out)
+    assert re.search(r"step \d+/30 · loss \d\.\d{4} · ETA \d+ s", out)  # live progress of a local job
+
+
+@pytest.mark.timeout(480)
+def test_qa_and_classification_end_with_their_metrics(session: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    out, home = session[0].stdout, session[1]
+    qa = lineage_ids(out, "bert-squad")[0]
+    mnli = lineage_ids(out, "roberta-mnli")[0]
+    assert re.search(rf"↳ {qa} › Final report: {qa}\n(.*\n)*?\s+exact_match: [\d.]+\s+f1: [\d.]+", out)
+    assert re.search(rf"↳ {mnli} › Final report: {mnli}\n(.*\n)*?\s+accuracy: [\d.]+", out)
+    plot = re.search(rf"↳ {qa} › Loss curve of {qa}: saved (\S+\.png)", out)
+    assert plot is not None and Path(plot.group(1)).is_file() and home.resolve() in Path(plot.group(1)).parents
+
+
+@pytest.mark.timeout(480)
+def test_spot_job_is_interrupted_and_resumed_from_its_checkpoint(
+    session: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    out, home = session[0].stdout, session[1]
+    spot = lineage_ids(out, "distilbert-spot")[0]
+    taken = out.index(f"⚡ console: spot capacity taken from {spot}-1")
+    reclaimed = out.index(f"↳ {spot} › ⏸ {spot}-1: spot capacity for ml.p3.2xlarge was reclaimed")
+    relaunched = out.index(f"↳ {spot} › ♻ Relaunched as {spot}-2 (attempt 2")
+    report = out.index(f"↳ {spot} › Final report: {spot}")
+    assert taken < reclaimed < relaunched < report
+    assert re.search(rf"{spot} completed, cost \$[\d.]+, spot savings \d+%", out)
+    second_log = (home / "local-jobs" / f"{spot}-2" / "logs" / "train.log").read_text()
+    assert re.search(r"\[checkpoint\] resuming from .*checkpoint-\d+", second_log)
+
+
+@pytest.mark.timeout(480)
+def test_jobs_lists_them_and_stop_stops_a_running_job(session: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    out = session[0].stdout
+    stopped = lineage_ids(out, "bert-squad")[1]
+    assert "trainbot> /stop $last\n" in out
+    assert f"Stopping {stopped}: the card and its thread say when it has ended." in out
+    assert f"↳ {stopped} › ■ {stopped}-1 was stopped." in out
+    listing = out.split("trainbot> /jobs\n", 1)[1].split("trainbot> ", 1)[0]
+    assert listing.startswith("┌ Jobs (4)")
+    assert all(name in listing for name in (stopped, *lineage_ids(out, "roberta-mnli")))
+
+
+@pytest.mark.timeout(480)
+def test_bad_lines_are_named_back_and_the_script_goes_on(
+    session: tuple[subprocess.CompletedProcess[str], Path],
+) -> None:
+    out = session[0].stdout
+    assert "trainbot> /trian bert-squad\nUnknown command trian: try /train help." in out
+    bad_count = out.split("trainbot> /train bert-squad instances=zero\n", 1)[1].splitlines()[0]
+    assert "zero" in bad_count and "Traceback" not in bad_count
+    assert "trainbot> lunch\nUnknown input `lunch`: type a /command, a button label, or help." in out
+    assert "trainbot> /job $9\n$9 names no job: this session has launched 4 so far." in out
