@@ -31,18 +31,16 @@ from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
 from handlers import cards
 from handlers.blocks import buttons_in
 from tests.handlers.fakes import make_world
-from tests.support.slack_api import (
-    APP_TOKEN,
-    BOT_TOKEN,
+from tests.support.slack_api import APP_TOKEN, BOT_TOKEN, SlackApiServer
+from tests.support.slack_bot import (
     BackgroundWork,
     HttpBot,
-    SlackApiServer,
-    SocketModeServer,
     block_action,
     form_body,
     signed_headers,
     slash_command,
 )
+from tests.support.slack_socket import SocketModeServer
 
 SECRET = "bench-secret"
 TEXTS = ("bert-squad spot=yes", "roberta-mnli instances=4", "distilbert-spot max_run=2h hp.learning_rate=3e-5")

@@ -35,14 +35,8 @@ from tests.support.moto_server import (  # noqa: F401  (fixtures)
     set_training_job_times,
     training_job,
 )
-from tests.support.slack_api import (
-    BOT_TOKEN,
-    BackgroundWork,
-    HttpBot,
-    SlackApiServer,
-    block_action,
-    slash_command,
-)
+from tests.support.slack_api import BOT_TOKEN, SlackApiServer
+from tests.support.slack_bot import BackgroundWork, HttpBot, block_action, slash_command
 
 SECRET = "e2e-signing-secret"
 

@@ -17,11 +17,10 @@ from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
 from handlers import cards, train
 from handlers.blocks import buttons_in
 from tests.handlers.fakes import World, make_world
-from tests.support.slack_api import (
-    BOT_TOKEN,
+from tests.support.slack_api import BOT_TOKEN, SlackApiServer
+from tests.support.slack_bot import (
     BackgroundWork,
     HttpBot,
-    SlackApiServer,
     block_action,
     signed_headers,
     slash_command,

@@ -16,15 +16,9 @@ from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
 from handlers import cards
 from handlers.blocks import buttons_in
 from tests.handlers.fakes import World, make_world
-from tests.support.slack_api import (
-    APP_TOKEN,
-    BOT_TOKEN,
-    BackgroundWork,
-    SlackApiServer,
-    SocketModeServer,
-    block_action,
-    slash_command,
-)
+from tests.support.slack_api import APP_TOKEN, BOT_TOKEN, SlackApiServer
+from tests.support.slack_bot import BackgroundWork, block_action, slash_command
+from tests.support.slack_socket import SocketModeServer
 
 
 @dataclass

@@ -1,0 +1,224 @@
+"""What Slack sends (signed requests, slash commands, block actions, view submissions) and the bot under test
+over real HTTP (uvicorn + bot.serve.SlackHttpApp), plus a waitable background executor."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tests.support.slack_api import TEAM
+
+
+def signed_headers(
+    secret: str, body: str, *, timestamp: int | None = None, retry_num: int | None = None
+) -> dict[str, str]:
+    """The headers Slack signs a request with (v0 HMAC-SHA256 over `v0:{timestamp}:{body}`)."""
+    from slack_sdk.signature import SignatureVerifier
+
+    stamp = str(int(time.time()) if timestamp is None else timestamp)
+    signature = SignatureVerifier(secret).generate_signature(timestamp=stamp, body=body) or ""
+    headers = {
+        "Content-Type": "application/x-www-form-urlencoded",
+        "X-Slack-Request-Timestamp": stamp,
+        "X-Slack-Signature": signature,
+    }
+    if retry_num is not None:
+        headers["X-Slack-Retry-Num"] = str(retry_num)
+        headers["X-Slack-Retry-Reason"] = "http_timeout"
+    return headers
+
+
+def slash_command(
+    command: str,
+    text: str,
+    *,
+    user: str = "U_ALICE",
+    channel: str = "C_ML",
+    response_url: str = "http://127.0.0.1:9/response/none",
+    trigger_id: str = "trig.1",
+) -> dict[str, str]:
+    return {
+        "token": "legacy",
+        "team_id": TEAM,
+        "team_domain": "test",
+        "channel_id": channel,
+        "channel_name": "ml",
+        "user_id": user,
+        "user_name": user.lower(),
+        "command": command,
+        "text": text,
+        "api_app_id": "A0TEST",
+        "is_enterprise_install": "false",
+        "response_url": response_url,
+        "trigger_id": trigger_id,
+    }
+
+
+def block_action(
+    action_id: str,
+    value: str,
+    *,
+    user: str = "U_ALICE",
+    channel: str = "C_ML",
+    response_url: str = "http://127.0.0.1:9/response/none",
+    ephemeral: bool = True,
+    message_ts: str = "1700000000.000001",
+    trigger_id: str = "trig.2",
+) -> dict[str, Any]:
+    container = {
+        "type": "message",
+        "message_ts": message_ts,
+        "channel_id": channel,
+        "is_ephemeral": ephemeral,
+    }
+    return {
+        "type": "block_actions",
+        "team": {"id": TEAM, "domain": "test"},
+        "user": {"id": user, "username": user.lower(), "team_id": TEAM},
+        "api_app_id": "A0TEST",
+        "token": "legacy",
+        "container": container,
+        "trigger_id": trigger_id,
+        "channel": {"id": channel, "name": "ml"},
+        "response_url": response_url,
+        "actions": [
+            {
+                "type": "button",
+                "action_id": action_id,
+                "block_id": "plan",
+                "value": value,
+                "text": {"type": "plain_text", "text": action_id},
+                "action_ts": str(time.time()),
+            }
+        ],
+    }
+
+
+def view_submission(
+    callback_id: str, values: dict[str, str], private_metadata: str, *, user: str = "U_ALICE"
+) -> dict[str, Any]:
+    state = {
+        block: {"value": {"type": "plain_text_input", "value": value}} for block, value in values.items()
+    }
+    return {
+        "type": "view_submission",
+        "team": {"id": TEAM, "domain": "test"},
+        "user": {"id": user, "username": user.lower(), "team_id": TEAM},
+        "api_app_id": "A0TEST",
+        "token": "legacy",
+        "trigger_id": "trig.3",
+        "view": {
+            "id": "V1",
+            "type": "modal",
+            "callback_id": callback_id,
+            "private_metadata": private_metadata,
+            "state": {"values": state},
+            "hash": "h",
+        },
+    }
+
+
+def form_body(fields: dict[str, Any]) -> str:
+    """A slash command's form as is; an interaction as Slack sends it: `payload=<json>`."""
+    from urllib.parse import urlencode
+
+    if "type" in fields and not isinstance(fields.get("command"), str):
+        return urlencode({"payload": json.dumps(fields)})
+    return urlencode(fields)
+
+
+# ---------------------------------------------------------------- the bot under test, over real HTTP
+
+
+class HttpBot:
+    """The real Bolt app behind uvicorn on a free loopback port (bot.serve.SlackHttpApp), as `serve --http`
+    runs it, wired to the fake Slack. `post(fields)` sends a signed request and returns (status, body)."""
+
+    def __init__(self, app: Any, *, secret: str) -> None:
+        import socket
+
+        from bot.serve import SlackHttpApp, http_server
+
+        self.secret = secret
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        self.asgi = SlackHttpApp(app)
+        self.server = http_server(self.asgi, host="127.0.0.1", port=self.port)
+        self._thread = threading.Thread(target=self.server.run, name="bot-http", daemon=True)
+
+    def start(self) -> HttpBot:
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if time.monotonic() > deadline:
+                raise AssertionError("uvicorn did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self._thread.join(timeout=10)
+        self.asgi.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/slack/events"
+
+    def send(
+        self, body: str, headers: dict[str, str], *, path: str = "/slack/events", method: str = "POST"
+    ) -> tuple[int, str]:
+        import http.client
+
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+        try:
+            connection.request(
+                method, path, body=body.encode() if method == "POST" else None, headers=headers
+            )
+            response = connection.getresponse()
+            return response.status, response.read().decode()
+        finally:
+            connection.close()
+
+    def post(self, fields: dict[str, Any], *, retry_num: int | None = None) -> tuple[int, str]:
+        body = form_body(fields)
+        return self.send(body, signed_headers(self.secret, body, retry_num=retry_num))
+
+
+class BackgroundWork:
+    """A run_later like the runtime's (a bounded pool) that tests can wait on: `settle()`."""
+
+    def __init__(self, workers: int = 4) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="test-work")
+        self._pending = 0
+        self._idle = threading.Condition()
+        self.errors: list[BaseException] = []
+
+    def __call__(self, work: Callable[[], None]) -> None:
+        with self._idle:
+            self._pending += 1
+        self._pool.submit(self._run, work)
+
+    def _run(self, work: Callable[[], None]) -> None:
+        try:
+            work()
+        except BaseException as exc:  # kept for the test to see
+            self.errors.append(exc)
+        finally:
+            with self._idle:
+                self._pending -= 1
+                self._idle.notify_all()
+
+    def settle(self, timeout: float = 15.0) -> None:
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._pending == 0, timeout):
+                raise AssertionError("background work did not finish")
+        assert not self.errors, self.errors
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=True)
