@@ -10,6 +10,8 @@ lineage per job:
 3. a change (one job Interrupted) is seen by the next cycle (target: within one poll);
 4. detection to relaunch: from the DescribeTrainingJob answer that shows MaxWaitTimeExceeded to the
    CreateTrainingJob request of the next attempt leaving the client (target < 2 s of the bot's own time).
+With --remember-sdk-config the SDK validates its defaults config once per process (what
+jobs.backends.sagemaker_endpoints.remember_valid_configs installs) instead of on each of ~20 lookups per launch.
 Figures only; nothing here asserts on time. moto pages ListTrainingJobs over every job before it applies
 LastModifiedTimeAfter, so its list costs ceil(jobs / 100) requests where SageMaker's costs ceil(changed / 100).
 """
@@ -223,7 +225,13 @@ def main() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--remember-sdk-config", action="store_true",
+                        help="validate the SDK's defaults config once per process, as the endpoints backend does")
     args = parser.parse_args()
+    if args.remember_sdk_config:
+        from jobs.backends.sagemaker_endpoints import remember_valid_configs
+
+        remember_valid_configs()
     run(args.jobs)
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from jobs import events, pricing
 from jobs.clock import FakeClock
-from jobs.errors import CapacityError
+from jobs.errors import BackendError, BackendUnavailable, CapacityError
 from jobs.records import Actor, AttemptStatus, LineageStatus, MetricPoint, RemoteStatus
 from jobs.service import JobService
 from jobs.settings import Settings
@@ -109,12 +109,26 @@ def make_service(store: Store, backend: ScriptedBackend, clock: FakeClock, setti
                       new_lineage_id=lambda spec: f"{spec.preset or 'job'}-{next(counter):04d}")
 
 
+class FlakyBackend(ScriptedBackend):
+    """The scripted backend whose describe of chosen jobs fails once (an outage of one call)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fail_describe_once: set[str] = set()
+
+    def describe(self, job_name: str) -> Any:
+        if job_name in self.fail_describe_once:
+            self.fail_describe_once.discard(job_name)
+            raise BackendUnavailable("SageMaker could not be reached.")
+        return super().describe(job_name)
+
+
 def make_world(tmp_path: Path, *, backoff: float = 30, store_factory: Callable[..., Store] = Store) -> World:
     clock = FakeClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
     url = f"sqlite:///{tmp_path / 'trainbot.db'}"
     store = store_factory(url, clock=clock)
     store.migrate()
-    backend = ScriptedBackend(clock=clock)
+    backend = FlakyBackend(clock=clock)
     settings = Settings(trainbot_bucket="bkt", trainbot_home=tmp_path, trainbot_relaunch_backoff_seconds=backoff)
     service = make_service(store, backend, clock, settings)
     watcher = Watcher(store, backend, service, clock, settings)
@@ -458,3 +472,34 @@ def test_a_second_watcher_during_a_slow_relaunch_leaves_it_alone(at_once: World)
     world.watcher.poll_once()
     assert seen == [[]]
     assert world.backend.created == [f"{lineage.id}-1", f"{lineage.id}-2"]
+
+
+def test_a_relaunch_refused_for_an_outage_retries_the_same_type_and_a_bad_request_fails(at_once: World) -> None:
+    world = at_once
+    lineage = world.launch()
+    world.watcher.poll_once()
+    world.backend.fail_launch(BackendUnavailable("SageMaker could not be reached."), job_name=f"{lineage.id}-2")
+    world.backend.fail_launch(BackendError("The role may not pass itself to SageMaker."), job_name=f"{lineage.id}-3")
+    world.move(f"{lineage.id}-1", RemoteStatus.FAILED, failure_reason=CAPACITY)
+    world.watcher.poll_once()
+    attempts = world.store.get_lineage(lineage.id).attempts
+    assert [a.instance_type for a in attempts[1:]] == ["ml.p3.8xlarge", "ml.p3.8xlarge"]
+    assert world.backend.created == [f"{lineage.id}-1"]
+    assert world.store.get_lineage(lineage.id).status is LineageStatus.FAILED
+    assert "may not pass" in world.notes(events.FAILED)[0]["reason"]
+
+
+def test_a_job_whose_describe_fails_keeps_the_cursor_and_does_not_block_the_others(world: World) -> None:
+    broken, fine = world.launch(), world.launch()
+    world.watcher.poll_once()
+    cursor = world.store.get_meta(CURSOR_KEY)
+    world.move(f"{fine.id}-1", RemoteStatus.IN_PROGRESS, "Uploading")
+    world.move(f"{broken.id}-1", RemoteStatus.IN_PROGRESS, "Uploading")
+    assert isinstance(world.backend, FlakyBackend)
+    world.backend.fail_describe_once.add(f"{broken.id}-1")
+    failed = world.watcher.poll_once()
+    assert len(failed.errors) == 1 and world.store.get_meta(CURSOR_KEY) == cursor
+    assert world.store.get_attempt(f"{fine.id}-1").secondary_status == "Uploading"
+    healed = world.watcher.poll_once()
+    assert healed.errors == [] and world.store.get_meta(CURSOR_KEY) != cursor
+    assert world.store.get_attempt(f"{broken.id}-1").secondary_status == "Uploading"
