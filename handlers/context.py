@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from handlers.chat import Chat
 from jobs.clock import Clock
@@ -14,11 +14,10 @@ from jobs.settings import Settings
 
 if TYPE_CHECKING:
     from jobs.backend import TrainingBackend
+    from jobs.endpoints import EndpointService
+    from jobs.schedules import ScheduleService
     from jobs.service import JobService
     from jobs.store import Store
-
-ScheduleService = Any  # jobs.schedules.ScheduleService (another issue); typed loosely to avoid a cycle
-EndpointService = Any  # jobs.endpoints.EndpointService (another issue)
 
 
 class RequestGuard:

@@ -11,6 +11,7 @@ import json
 import logging
 import shlex
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from handlers import blocks as bk
@@ -158,7 +159,7 @@ def _post_quietly(ctx: CommandContext, text: str, blocks: list[bk.Block]) -> str
         return None
 
 
-def _quietly(call: Any) -> None:
+def _quietly(call: Callable[[], object]) -> None:
     try:
         call()
     except ChatUnavailable:
