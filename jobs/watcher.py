@@ -252,12 +252,13 @@ class Watcher:
         lineage = self._store.get_lineage(attempt.lineage_id)
         if lineage.status is LineageStatus.STOPPED:
             # A person stopped it; the lineage is already terminal, so settling would not see it.
-            self._settler.enqueue(lineage, events.stopped(lineage.id, attempt.job_name, remote.failure_reason),
-                          change_key(attempt.job_name, remote), cycle)
+            payload = events.stopped(lineage.id, attempt.job_name, remote.failure_reason)
+            self._settler.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
             return
         # Settle it now rather than in the sweep: detection to relaunch stays milliseconds however many
         # lineages the sweep reads. The sweep still catches it if this process dies right here.
         self._settler.settle(lineage, cycle)
+
 
 def _mirrored(remote: RemoteJob) -> dict[str, Any]:
     fields: dict[str, Any] = {
@@ -274,5 +275,3 @@ def _mirrored(remote: RemoteJob) -> dict[str, Any]:
     if remote.ended_at is not None:
         fields["ended_at"] = remote.ended_at
     return fields
-
-
