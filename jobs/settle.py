@@ -56,6 +56,13 @@ class CycleResult:
     actions: list[str] = field(default_factory=list)  # "relaunched x-2", "notified interrupted x-1", ...
     errors: list[str] = field(default_factory=list)
 
+    def summary(self) -> str:
+        """What `trainbot watch --once` prints: a count line, then each change, action and error."""
+        head = (f"{self.api_calls} API calls, {self.listed} listed, {len(self.described)} described, "
+                f"{len(self.changes)} changes, {len(self.actions)} actions, {len(self.errors)} errors")
+        details = [f"  change: {c}" for c in self.changes] + [f"  action: {a}" for a in self.actions]
+        return "\n".join([head, *details, *(f"  error: {e}" for e in self.errors)])
+
 
 class Settler:
     def __init__(

@@ -503,3 +503,11 @@ def test_a_job_whose_describe_fails_keeps_the_cursor_and_does_not_block_the_othe
     healed = world.watcher.poll_once()
     assert healed.errors == [] and world.store.get_meta(CURSOR_KEY) != cursor
     assert world.store.get_attempt(f"{broken.id}-1").secondary_status == "Uploading"
+
+
+def test_the_cycle_summary_is_what_watch_once_prints(world: World) -> None:
+    lineage = world.launch()
+    lines = world.watcher.poll_once().summary().splitlines()
+    assert lines[0] == "2 API calls, 1 listed, 1 described, 1 changes, 1 actions, 0 errors"
+    assert lines[1:] == [f"  change: {lineage.id}-1: -/- -> InProgress/Training",
+                         f"  action: notified state {lineage.id}-1"]
