@@ -1,4 +1,5 @@
-"""The endpoints table, its migration (schema version 20), the Endpoint record and its guarded updates.
+"""The endpoints table, its migration (schema version 20), the records the service hands out, and the
+guarded updates.
 
 An endpoint row is keyed by its name: a name is live (creating or in service) at most once; a failed or
 deleted row is replaced when the name is deployed again. Status changes are guarded updates, as for
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -31,10 +32,11 @@ from sqlalchemy.engine import Row
 
 from jobs import endpoint_texts as texts
 from jobs.clock import Clock
-from jobs.endpoint_port import EndpointStatus
+from jobs.endpoint_options import DeployOptions
+from jobs.endpoint_port import DeployRequest, EndpointStatus
 from jobs.errors import InvalidState, NotFound, SpecError
 from jobs.pricing import hourly_usd
-from jobs.store import Store
+from jobs.store import Lineage, Store
 from jobs.store_schema import UTCDateTime, metadata, register_migration
 
 SCHEMA_VERSION = 20
@@ -122,6 +124,58 @@ class Endpoint:
             return hourly_usd(self.instance_type) * self.instance_count
         except (SpecError, KeyError):
             return None
+
+
+@dataclass(frozen=True)
+class DeployPlan:
+    """A checked deploy, not started: the handler answers with it, then starts it off the ack path."""
+
+    lineage: Lineage
+    job_name: str  # the attempt whose model is deployed
+    request: DeployRequest
+    options: DeployOptions
+    backend: str
+    framework_note: str | None  # set when the inference image differs from the training versions
+
+    @property
+    def name(self) -> str:
+        return self.request.name
+
+    @property
+    def where(self) -> str:
+        request = self.request
+        return texts.where(
+            request.instance_type, request.instance_count, request.serverless, request.memory_mb, self.backend
+        )
+
+    def headline(self) -> str:
+        framework = self.request.framework
+        label = texts.DEPLOYED_FRAMEWORK.format(label=framework.label()) if framework else ""
+        return texts.DEPLOYING.format(
+            lineage=self.lineage.id, name=self.name, where=self.where, framework=label
+        )
+
+    def summary(self) -> str:
+        """The headline, where the news will come, and the framework note when there is one."""
+        text = f"{self.headline()} {texts.DEPLOY_FOLLOW}"
+        return f"{text} {self.framework_note}" if self.framework_note else text
+
+
+@dataclass(frozen=True)
+class IdleEndpoint:
+    endpoint: Endpoint
+    idle_seconds: float
+    hourly_usd: float | None
+    running_usd: float | None  # since it came up
+
+
+@dataclass
+class EndpointCycle:
+    """What one `poll_once` did."""
+
+    followed: int = 0
+    ready: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
 
 
 class EndpointStore:

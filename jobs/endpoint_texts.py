@@ -26,9 +26,8 @@ PREDICT_HINTS = {
     "text-classification": 'text="..."',
 }
 
-DEPLOYING = (
-    "Deploying {lineage} as endpoint {name} on {where}{framework}. The job's thread says when it is ready."
-)
+DEPLOYING = "Deploying {lineage} as endpoint {name} on {where}{framework}."
+DEPLOY_FOLLOW = "The job's thread says when it is ready."
 DEPLOYED_FRAMEWORK = " with {label}"
 READY_HEAD = ":rocket: Endpoint {name} is in service ({where}, from {lineage})."
 READY_TRY = (

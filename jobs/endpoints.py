@@ -12,14 +12,12 @@ from __future__ import annotations
 import builtins
 import logging
 import secrets
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from jobs import endpoint_texts as texts
 from jobs.clock import Clock
 from jobs.endpoint_options import (
-    DeployOptions,
     check_name,
     choose_framework,
     default_name,
@@ -29,7 +27,7 @@ from jobs.endpoint_options import (
     prediction_payload,
 )
 from jobs.endpoint_port import DeployRequest, EndpointBackend, EndpointStatus, RemoteEndpoint
-from jobs.endpoint_store import LIVE, Endpoint, EndpointStore
+from jobs.endpoint_store import LIVE, DeployPlan, Endpoint, EndpointCycle, EndpointStore, IdleEndpoint
 from jobs.errors import BadInput, InvalidState, NotFound, TrainbotError
 from jobs.permissions import AccessPolicy
 from jobs.pricing import SECONDS_PER_HOUR, usd
@@ -42,50 +40,6 @@ __all__ = ["DeployPlan", "Endpoint", "EndpointCycle", "EndpointService", "IdleEn
 log = logging.getLogger(__name__)
 
 _CREATING = (EndpointStatus.CREATING.value,)
-
-
-@dataclass(frozen=True)
-class DeployPlan:
-    """A checked deploy, not started: the handler answers with it, then starts it off the ack path."""
-
-    lineage: Lineage
-    job_name: str  # the attempt whose model is deployed
-    request: DeployRequest
-    options: DeployOptions
-    backend: str
-    framework_note: str | None  # set when the inference image differs from the training versions
-
-    @property
-    def name(self) -> str:
-        return self.request.name
-
-    def summary(self) -> str:
-        request, framework = self.request, self.request.framework
-        where = texts.where(
-            request.instance_type, request.instance_count, request.serverless, request.memory_mb, self.backend
-        )
-        label = texts.DEPLOYED_FRAMEWORK.format(label=framework.label()) if framework else ""
-        text = texts.DEPLOYING.format(
-            lineage=self.lineage.id, name=request.name, where=where, framework=label
-        )
-        return f"{text} {self.framework_note}" if self.framework_note else text
-
-
-@dataclass(frozen=True)
-class IdleEndpoint:
-    endpoint: Endpoint
-    idle_seconds: float
-    hourly_usd: float | None
-    running_usd: float | None  # since it came up
-
-
-@dataclass
-class EndpointCycle:
-    """What one `poll_once` did."""
-
-    followed: int = 0
-    ready: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
 
 
 class EndpointService:
@@ -210,20 +164,31 @@ class EndpointService:
 
     # -- undeploy and predict ---------------------------------------------------------------------
 
-    def undeploy(self, name: str, *, actor: Actor) -> Endpoint:
-        """Delete the endpoint and its config (the model stays); the job's launcher or an admin only."""
+    def check_undeploy(self, name: str, *, actor: Actor) -> Endpoint:
+        """The endpoint, if ``actor`` may undeploy it now (the job's launcher or an admin); no side effect."""
         endpoint = self._live(name)
         lineage = self._store.get_lineage(endpoint.lineage_id)
         self._policy.check_can_manage(actor, lineage, verb="undeploy endpoints of")
+        return endpoint
+
+    def undeploy(self, name: str, *, actor: Actor) -> Endpoint:
+        """Delete the endpoint and its config (the model stays); the job's launcher or an admin only."""
+        endpoint = self.check_undeploy(name, actor=actor)
         self._backend.delete(endpoint.name)
         self._endpoints.move(endpoint.name, LIVE, EndpointStatus.DELETED, ended_at=self._clock.now())
-        self._store.audit(actor, "endpoint.undeploy", lineage.id, {"endpoint": endpoint.name})
+        self._store.audit(actor, "endpoint.undeploy", endpoint.lineage_id, {"endpoint": endpoint.name})
         return self._endpoints.get(endpoint.name)
+
+    def check_predict(self, name: str, inputs: dict[str, str], *, actor: Actor) -> Endpoint:
+        """The endpoint, if ``actor`` may ask it and ``inputs`` suit its task; no backend call."""
+        self._policy.check_can_use(actor)
+        endpoint = self._live(name)
+        prediction_payload(endpoint.task, inputs)
+        return endpoint
 
     def predict(self, name: str, inputs: dict[str, str], *, actor: Actor) -> dict[str, Any]:
         """Ask the endpoint; the answer always carries ``answer`` and ``score``."""
-        self._policy.check_can_use(actor)
-        endpoint = self._live(name)
+        endpoint = self.check_predict(name, inputs, actor=actor)
         payload = prediction_payload(endpoint.task, inputs)
         if endpoint.status is EndpointStatus.CREATING:
             endpoint = self._follow(endpoint, EndpointCycle())  # the watcher may not have looked yet
