@@ -8,8 +8,10 @@ well under a minute: max_attempts x connect_timeout plus back-off (4 x 5 s + at 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import threading
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -64,10 +66,40 @@ def _quiet_sdk_import() -> None:
         config_logger.setLevel(logging.WARNING)
 
 
+def remember_valid_configs() -> None:
+    """Validate each SDK defaults config once, not on every lookup.
+
+    sagemaker 2.x checks the whole session config against its JSON schema (and the schema against
+    the meta-schema) each time it reads a default: about 20 times per launch or deploy, over 95% of
+    a launch's CPU. Our config is the constant `SDK_CONFIG`, so one that passed once passes again;
+    a different one is still checked. Idempotent.
+    """
+    _quiet_sdk_import()
+    import sagemaker.utils as sdk_utils
+
+    original = sdk_utils.validate_sagemaker_config
+    if getattr(original, "remembers_valid_configs", False):
+        return
+    valid: set[str] = set()
+    lock = threading.Lock()
+
+    def validate(sagemaker_config: Any = None) -> None:
+        key = json.dumps(sagemaker_config, sort_keys=True, default=str)
+        with lock:
+            if key in valid:
+                return
+        original(sagemaker_config)
+        with lock:
+            valid.add(key)
+
+    validate.remembers_valid_configs = True  # type: ignore[attr-defined]
+    sdk_utils.validate_sagemaker_config = validate
+
+
 def build_sdk_session(boto_session: boto3.Session, *, bucket: str, config: Config) -> SdkSession:
     """The SDK session: the given boto session and clients built with `config`, `default_bucket` set
     (otherwise the SDK derives one from the account id through STS), telemetry off."""
-    _quiet_sdk_import()
+    remember_valid_configs()
     # Imported here: the SDK takes about a second to import and only launches need it.
     from sagemaker.session import Session
 
