@@ -45,7 +45,8 @@ def _late(module: str, name: str, feature: str) -> CommandHandler:
 
 
 def _on_deploy(ctx: CommandContext, value: str) -> Reply | None:
-    return COMMANDS["deploy"](ctx, value)
+    """The card's Deploy button (handlers.endpoints.on_deploy; its value is the lineage id)."""
+    return _late("handlers.endpoints", "on_deploy", "Deploying")(ctx, value)
 
 
 COMMANDS: dict[str, CommandHandler] = {

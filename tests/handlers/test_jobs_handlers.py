@@ -115,3 +115,9 @@ def test_console_finds_buttons_by_label(world: World) -> None:
     button = router.find_button(reply.blocks, "launch")
     assert button is not None and button.action_id == cards.ACTION_LAUNCH
     assert router.find_button(reply.blocks, "nope") is None
+
+
+def test_the_cards_deploy_button_goes_to_the_endpoints_handler(world: World) -> None:
+    lineage = launched(world)
+    reply = router.run_action(world.ctx(), cards.ACTION_DEPLOY, lineage.id)
+    assert reply is not None and "Deploying is not set up" in reply.text  # no EndpointService in this world
