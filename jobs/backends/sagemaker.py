@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: How long a bucket that answered head_bucket is trusted before the next launch asks again.
+BUCKET_CHECK_INTERVAL = timedelta(minutes=10)
+
 LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 METRIC_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 PAGE_SIZE = 100  # ListTrainingJobs' maximum MaxResults
@@ -87,6 +90,7 @@ class SageMakerBackend:
         self._cw = boto_session.client("cloudwatch", region_name=self.region, config=self._config)
         self._sdk_session: Any = None
         self._sdk_lock = threading.Lock()
+        self._bucket_seen_until: datetime | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, *, clock: Clock) -> SageMakerBackend:
@@ -133,7 +137,11 @@ class SageMakerBackend:
             return self._sdk_session
 
     def _check_bucket(self, ctx: AwsContext) -> None:
-        """Fail before anything is uploaded, naming the bucket (the SDK would try to create it)."""
+        """Fail before anything is uploaded, naming the bucket (the SDK would try to create it).
+        A bucket seen recently is not asked about again: it would add a round trip to every launch."""
+        now = self._clock.now()
+        if self._bucket_seen_until is not None and now < self._bucket_seen_until:
+            return
         with aws_errors(ctx):
             try:
                 self._s3.head_bucket(Bucket=self._bucket)
@@ -141,6 +149,7 @@ class SageMakerBackend:
                 if error_code(exc) in ("404", "NoSuchBucket", "NotFound"):
                     raise missing_bucket(self._bucket) from exc
                 raise
+        self._bucket_seen_until = now + BUCKET_CHECK_INTERVAL
 
     # -- reading -----------------------------------------------------------------------------------
 

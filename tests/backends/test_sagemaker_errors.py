@@ -100,6 +100,14 @@ def test_a_missing_bucket_is_named_before_anything_is_uploaded(moto_aws: MotoAws
     assert "no-such-bucket" not in buckets  # the SDK's habit of creating it never ran
 
 
+def test_a_bucket_that_answered_is_not_asked_again_on_every_launch(moto_aws: MotoAws) -> None:
+    heads = CallRecorder("HeadBucket", "s3")
+    backend = sagemaker_backend(moto_aws, moto_aws.boto_session(recorders=[heads]))
+    backend.launch("err-head-1", plan_for(SPOT, "err-head"))
+    backend.launch("err-head-2", plan_for(SPOT, "err-head"))
+    assert len(heads.calls) == 1
+
+
 def test_no_credentials_names_the_variables(moto_aws: MotoAws, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
