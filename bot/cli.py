@@ -180,7 +180,7 @@ def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
     runtime = _runtime(settings)
     lineage = runtime.jobs.get(args.job)
-    report = build_report(lineage, runtime.backend)
+    report = build_report(lineage, runtime.backend, now=runtime.clock.now())
     print(json.dumps(report.to_json(), indent=2, default=str) if args.json else report.to_text())
     return 0
 

@@ -47,19 +47,24 @@ class Runtime:
     stop_event: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _scheduler: Any = None
+    _services: Services | None = None
 
     def services(self) -> Services:
+        """One Services per process: its launch guard must see every click on every surface."""
         from handlers.context import Services
 
-        return Services(
-            jobs=self.jobs,
-            store=self.store,
-            settings=self.settings,
-            clock=self.clock,
-            schedules=self.schedules,
-            endpoints=self.endpoints,
-            run_later=self.run_later,
-        )
+        if self._services is None:
+            self._services = Services(
+                jobs=self.jobs,
+                store=self.store,
+                settings=self.settings,
+                clock=self.clock,
+                schedules=self.schedules,
+                endpoints=self.endpoints,
+                run_later=self.run_later,
+                backend=self.backend,
+            )
+        return self._services
 
     def run_later(self, work: Callable[[], None]) -> None:
         def guarded() -> None:
