@@ -21,6 +21,7 @@ not hours, and a terminal should show their changes as they happen.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import re
 import sys
@@ -77,6 +78,8 @@ def run_console(runtime: Runtime, script: Path | None = None, *, stdin: TextIO |
         return 2
     tune_for_terminal(runtime)
     interactive = script is None and stdin.isatty()
+    if interactive:
+        _line_editing()
     console = Console(runtime, Screen(stdout, redraw_prompt=interactive), interactive=interactive)
     console.start()
     try:
@@ -341,6 +344,12 @@ def _user() -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "operator"
+
+
+def _line_editing() -> None:
+    """Arrow keys and history at the prompt, where the platform has readline."""
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401  (importing it is what turns it on for input())
 
 
 def _utf8(stream: TextIO) -> TextIO:
