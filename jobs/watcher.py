@@ -272,6 +272,8 @@ def _mirrored(remote: RemoteJob) -> dict[str, Any]:
         fields["metrics"] = dict(remote.final_metrics)
     if remote.model_artifacts:
         fields["model_artifacts"] = remote.model_artifacts
+    if remote.resumed_from_step is not None:
+        fields["resumed_from_step"] = remote.resumed_from_step
     if remote.ended_at is not None:
         fields["ended_at"] = remote.ended_at
     return fields

@@ -41,7 +41,6 @@ logger = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 120
 _JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker's TrainingJobName rule
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_RESUMED = re.compile(r"\[checkpoint\] resuming from .*checkpoint-(\d+)")
 
 
 class LocalBackend:
@@ -138,11 +137,7 @@ class LocalBackend:
 
     def resumed_from_step(self, job_name: str) -> int | None:
         """The checkpoint step this job resumed from, as its log says; None for a fresh start."""
-        for line in local_state.read_lines(self._folder(job_name).log_path):
-            match = _RESUMED.search(line)
-            if match:
-                return int(match.group(1))
-        return None
+        return local_status.resumed_from_step(self._folder(job_name))
 
     def checkpoint_folder(self, checkpoint_uri: str) -> Path:
         """The local folder standing in for `checkpoint_uri`: home/checkpoints/<bucket>/<key>."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -24,6 +25,9 @@ from jobs.backends import local_state
 from jobs.backends.local_state import JobFolder, JobState
 from jobs.plan import parse_metric_line
 from jobs.records import MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
+
+#: What training/ prints when it picks a checkpoint up (the step is the checkpoint folder's number).
+_RESUMED = re.compile(r"\[checkpoint\] resuming from .*checkpoint-(\d+)")
 
 #: Billable share of a spot job's training time (managed spot typically saves 60-90%).
 SPOT_BILLABLE_FRACTION = 0.3
@@ -122,6 +126,7 @@ def remote_job(folder: JobFolder, state: JobState) -> RemoteJob:
         training_seconds=training,
         final_metrics=final_metrics(folder),
         model_artifacts=_model_artifacts(folder, status),
+        resumed_from_step=resumed_from_step(folder),
         instance_type=state.instance_type,
         instance_count=state.instance_count,
         spot=state.spot,
@@ -130,6 +135,15 @@ def remote_job(folder: JobFolder, state: JobState) -> RemoteJob:
         ended_at=state.ended_at,
         last_modified=state.last_modified,
     )
+
+
+def resumed_from_step(folder: JobFolder) -> int | None:
+    """The checkpoint step the job resumed from, as the training script's log says; None for a fresh start."""
+    for line in local_state.read_lines(folder.log_path):
+        match = _RESUMED.search(line)
+        if match:
+            return int(match.group(1))
+    return None
 
 
 def final_metrics(folder: JobFolder) -> dict[str, float]:

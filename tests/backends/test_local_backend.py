@@ -200,6 +200,7 @@ def test_spot_job_loses_capacity_then_the_next_attempt_resumes(home: Path) -> No
     second = wait_terminal(backend, "spot1-2")
     assert second.status is RemoteStatus.COMPLETED, second.failure_reason
     assert backend.resumed_from_step("spot1-2") == saved
+    assert second.resumed_from_step == saved  # what the watcher mirrors into the attempt's report
     assert "eval_accuracy" in second.final_metrics
     assert backend.metric_series("spot1-2")["loss"][0].x > saved  # no step trained twice
 
