@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import sys
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -30,6 +30,7 @@ MAX_LENGTH = 384  # tokens a window of question + context
 STRIDE = 128  # overlap of context windows
 MAX_ANSWER_TOKENS = 30
 MAX_BODY = 1_000_000
+IDLE_CONNECTION_SECONDS = 300
 
 
 class Predictor:
@@ -107,6 +108,8 @@ def _best_span(start_logits: Any, end_logits: Any, in_context: Any, offsets: Any
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive: a client may send many requests on one connection
+    disable_nagle_algorithm = True  # small answers go out at once, not after the client's delayed ACK
+    timeout = IDLE_CONNECTION_SECONDS  # an abandoned kept-alive connection frees its thread
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         if self.path == "/ping":
@@ -124,8 +127,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             inputs = json.loads(self.rfile.read(length))["inputs"]
-            with self.server.lock:
-                answer = self.server.predictor(inputs)
+            answer = self.server.model_thread.submit(self.server.predictor, inputs).result()
         except (ValueError, KeyError, TypeError) as exc:
             self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc) or type(exc).__name__})
             return
@@ -149,7 +151,9 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, predictor: Predictor) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.predictor = predictor
-        self.lock = threading.Lock()  # one model call at a time; torch uses the cores within it
+        # One model call at a time, always on the same thread: torch's OpenMP pool belongs to the calling
+        # thread, and a fresh request thread would build a new one (milliseconds) on every call.
+        self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
 
 
 def _write_state(path: Path, port: int) -> None:

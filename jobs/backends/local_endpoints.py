@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,9 @@ class LocalEndpoints:
         self._clock = clock
         self._runner = runner or SubprocessRunner()
         self._python = python
+        self._local = (
+            threading.local()
+        )  # each thread keeps its own connections (http.client is not thread-safe)
 
     # -- deploy ------------------------------------------------------------------------------------
 
@@ -130,26 +134,44 @@ class LocalEndpoints:
             raise BackendError(
                 f"Local endpoint {name} is still loading its model: try again in a few seconds."
             )
-        body = json.dumps(payload).encode()
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=INVOKE_TIMEOUT_SECONDS)
         try:
-            connection.request(
-                "POST", "/invocations", body=body, headers={"Content-Type": "application/json"}
-            )
-            response = connection.getresponse()
-            status, data = response.status, response.read()
-        except OSError as exc:
+            status, data = self._post(port, json.dumps(payload).encode())
+        except (OSError, http.client.HTTPException) as exc:
             raise BackendError(
                 f"Local endpoint {name} did not answer on port {port} ({exc}): `/undeploy {name}` and deploy again."
             ) from exc
-        finally:
-            connection.close()
         answer = json.loads(data or b"null")
         if status == 400:
             raise BadInput(f"Endpoint {name} refused the inputs: {answer.get('error', 'bad request')}.")
         if status != 200:
             raise BackendError(f"Local endpoint {name} failed (HTTP {status}); see {folder / 'server.log'}.")
         return answer
+
+    def _post(self, port: int, body: bytes) -> tuple[int, bytes]:
+        """POST /invocations on this thread's kept-alive connection; a connection the server closed in the
+        meantime is opened again once (asking a model twice is harmless)."""
+        connections: dict[int, http.client.HTTPConnection] = self._local.__dict__.setdefault(
+            "connections", {}
+        )
+        for attempt in (1, 2):
+            connection = connections.get(port)
+            fresh = connection is None
+            if connection is None:
+                connection = connections[port] = http.client.HTTPConnection(
+                    "127.0.0.1", port, timeout=INVOKE_TIMEOUT_SECONDS
+                )
+            try:
+                connection.request(
+                    "POST", "/invocations", body=body, headers={"Content-Type": "application/json"}
+                )
+                response = connection.getresponse()
+                return response.status, response.read()
+            except (http.client.HTTPException, OSError):
+                connection.close()
+                del connections[port]
+                if fresh or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     # -- links -------------------------------------------------------------------------------------
 
