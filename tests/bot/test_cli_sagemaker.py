@@ -1,0 +1,106 @@
+"""The installed `trainbot` command against SageMaker on a loopback moto server, as an operator uses it.
+
+Each command is a fresh process (as in a shell); the state between them lives in TRAINBOT_HOME.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.moto_server import (
+    FAKE_CREDENTIALS,
+    MotoAws,
+    moto_server,  # noqa: F401  (the fixture)
+    set_training_job_state,
+)
+
+TRAINBOT = Path(sys.executable).with_name("trainbot")
+
+
+@pytest.fixture
+def cli_env(moto_server: MotoAws, tmp_path: Path) -> dict[str, str]:  # noqa: F811
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "SLACK_"))}
+    env.update(FAKE_CREDENTIALS)
+    env.update(
+        AWS_ENDPOINT_URL=moto_server.endpoint_url,
+        AWS_DEFAULT_REGION=moto_server.region,
+        AWS_CONFIG_FILE="/dev/null",
+        AWS_SHARED_CREDENTIALS_FILE="/dev/null",
+        AWS_EC2_METADATA_DISABLED="true",
+        TRAINBOT_BACKEND="sagemaker",
+        TRAINBOT_ROLE_ARN=moto_server.role_arn,
+        TRAINBOT_BUCKET=moto_server.bucket,
+        TRAINBOT_HOME=str(tmp_path / "home"),
+        TRAINBOT_RELAUNCH_BACKOFF_SECONDS="0",
+    )
+    return env
+
+
+def trainbot(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(TRAINBOT), *args], env=env, capture_output=True, text=True, timeout=180, check=False
+    )
+
+
+def test_launch_status_and_watch_a_spot_job(moto_server: MotoAws, cli_env: dict[str, str]) -> None:  # noqa: F811
+    launched = trainbot(cli_env, "launch", "distilbert-spot", "epochs=2")
+    assert launched.returncode == 0, launched.stderr
+    lineage = launched.stdout.strip().splitlines()[-1]
+    job = moto_server.client("sagemaker").describe_training_job(TrainingJobName=f"{lineage}-1")
+    assert job["EnableManagedSpotTraining"] is True
+    assert job["CheckpointConfig"]["S3Uri"] == f"s3://{moto_server.bucket}/trainbot/{lineage}/checkpoints"
+
+    listed = trainbot(cli_env, "jobs")
+    assert listed.returncode == 0 and lineage in listed.stdout and "running" in listed.stdout
+
+    set_training_job_state(
+        f"{lineage}-1", "Completed", "Completed", billable_seconds=300, training_seconds=1000,
+        final_metrics={"eval_accuracy": 0.91},
+    )
+    watched = trainbot(cli_env, "watch", "--once")
+    assert watched.returncode == 0, watched.stderr
+    status = trainbot(cli_env, "status", f"{lineage}-1")  # a SageMaker job name works as well as the lineage
+    assert status.returncode == 0, status.stderr
+    assert "completed" in status.stdout.lower() and "70%" in status.stdout
+
+
+def test_schedule_run_launches_at_once(moto_server: MotoAws, cli_env: dict[str, str]) -> None:  # noqa: F811
+    added = trainbot(cli_env, "schedule", "add", "nightly", "cron=0 2 * * *", "tz=Europe/Berlin", "distilbert-spot")
+    assert added.returncode == 0, added.stderr
+    run = trainbot(cli_env, "schedule", "run", "nightly")
+    assert run.returncode == 0, run.stderr
+    lineage = run.stdout.strip().splitlines()[-1]
+    job = moto_server.client("sagemaker").describe_training_job(TrainingJobName=f"{lineage}-1")
+    assert job["EnableManagedSpotTraining"] is True
+    listed = trainbot(cli_env, "schedule", "list")
+    assert "nightly" in listed.stdout and lineage in listed.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "says"),
+    [
+        (("launch", "distilbert-spot", "instances=999"), 2, "instance"),
+        (("status", "no-such-job-1"), 2, "no-such-job-1"),
+        (("schedule", "add", "bad", "cron=0 25 * * *", "distilbert-spot"), 2, "cron"),
+        (("deploy", "no-such-job"), 2, "no-such-job"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(cli_env: dict[str, str], args: tuple[str, ...], code: int, says: str) -> None:
+    result = trainbot(cli_env, *args)
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0] and "Traceback" not in result.stderr
+
+
+def test_an_unreachable_aws_is_one_line_and_exit_1(cli_env: dict[str, str]) -> None:
+    cli_env["AWS_ENDPOINT_URL"] = "http://127.0.0.1:9"  # discard port: nothing answers
+    result = trainbot(cli_env, "launch", "distilbert-spot")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "testing" not in result.stderr  # the secret key never shows
