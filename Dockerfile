@@ -12,13 +12,14 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 
 # Dependencies in their own layer: it only rebuilds when pyproject.toml changes.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 RUN mkdir -p bot handlers jobs/backends jobs/data training \
-    && touch bot/__init__.py handlers/__init__.py jobs/__init__.py jobs/backends/__init__.py training/__init__.py \
+    && touch README.md bot/__init__.py handlers/__init__.py jobs/__init__.py jobs/backends/__init__.py training/__init__.py \
     && pip install . \
     && pip uninstall -y trainbot \
     && rm -rf bot handlers jobs training
 
+COPY README.md ./
 COPY bot ./bot
 COPY handlers ./handlers
 COPY jobs ./jobs

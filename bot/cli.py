@@ -10,6 +10,7 @@ import argparse
 import getpass
 import json
 import logging
+import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -43,6 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`trainbot jobs | head`): not an error. Point stdout at devnull so
+        # the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as exc:  # the last line of defence: one line for the person, the trace to the log
         logfile = _log_unexpected(settings)
         _error(f"unexpected {type(exc).__name__}: {exc} (details in {logfile})")
