@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -221,7 +222,7 @@ def serve(runtime: Runtime, *, http: bool, port: int, host: str = "0.0.0.0") -> 
         if http:
             _serve_http(runtime, parts, host=host, port=port)
         else:
-            _serve_socket_mode(runtime, parts)
+            _serve_socket_mode(runtime, parts, host=host, port=port)
     finally:
         runtime.shutdown()
     log.info("stopped cleanly")
@@ -256,16 +257,43 @@ def _install_stop_handlers(stop: threading.Event) -> None:
             signal.signal(signum, lambda *_: stop.set())
 
 
-def _serve_socket_mode(runtime: Runtime, parts: SlackParts) -> None:
+def _serve_socket_mode(runtime: Runtime, parts: SlackParts, *, host: str, port: int) -> None:
     token = runtime.settings.slack_app_token
     assert token is not None
     stop = threading.Event()
     _install_stop_handlers(stop)
+    health = health_server(lambda: _store_answers(runtime), host=host, port=port)
+    threading.Thread(target=health.serve_forever, name="trainbot-healthz", daemon=True).start()
     handler = socket_mode_handler(parts.app, token.get_secret_value(), parts.client)
     handler.connect()
-    log.info("connected to Slack over Socket Mode")
+    log.info("connected to Slack over Socket Mode; health at http://%s:%d%s", host, port, HEALTH_PATH)
     try:
         while not stop.wait(1.0) and not runtime.stop_event.is_set():
             pass
     finally:
         handler.close()
+        health.shutdown()
+        health.server_close()
+
+
+def health_server(healthy: Callable[[], bool], *, host: str, port: int) -> ThreadingHTTPServer:
+    """GET /healthz for Socket Mode, which has no HTTP server of its own: container health checks
+    and load balancers probe the same path in both modes."""
+
+    class HealthHandler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+            if self.path != HEALTH_PATH:
+                self.send_error(404)
+                return
+            ok = healthy()
+            body = json.dumps({"ok": ok}).encode()
+            self.send_response(200 if ok else 503)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: not news
+            return
+
+    return ThreadingHTTPServer((host, port), HealthHandler)

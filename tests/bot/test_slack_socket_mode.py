@@ -96,23 +96,31 @@ def test_a_stranger_is_refused_over_socket_mode(rig: Rig) -> None:
 
 
 def test_serve_over_socket_mode_then_stop_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """`trainbot serve` as a process (Socket Mode, the default): a command envelope acked, SIGTERM -> exit 0."""
+    """`trainbot serve` as a process (Socket Mode, the default): /healthz answers, a command envelope is
+    acked, SIGTERM -> exit 0."""
     import os
     import signal
     import subprocess
     import sys
+    import urllib.request
+
+    from tests.support.moto_server import free_port
+
+    port = free_port()
 
     with SlackApiServer() as slack:
         socket = SocketModeServer().start()
         slack.socket_url = socket.url
         env = dict(os.environ, SLACK_BOT_TOKEN=BOT_TOKEN, SLACK_APP_TOKEN=APP_TOKEN, SLACK_API_URL=slack.base_url,
                    TRAINBOT_BACKEND="local", TRAINBOT_HOME=str(tmp_path), PYTHONPATH=str(Path(__file__).parents[2]))
-        process = subprocess.Popen([sys.executable, "-m", "bot", "serve"], env=env,
+        process = subprocess.Popen([sys.executable, "-m", "bot", "serve", "--port", str(port)], env=env,
                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
             socket.wait_connected(timeout=30)
             ack = socket.wait_ack(socket.send("slash_commands", slash_command("/jobs", "")))
             assert ack.payload is not None and "No jobs yet" in ack.payload["text"]
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as health:
+                assert health.status == 200 and json.loads(health.read()) == {"ok": True}
             process.send_signal(signal.SIGTERM)
             _, stderr = process.communicate(timeout=30)
         finally:
