@@ -63,10 +63,7 @@ def translate_argv(argv: list[str], known: set[str]) -> list[str]:
             out.append(token)
             continue
         name, inline = _split(token)
-        value: str | None = inline
         takes_value = inline is None and i < len(argv) and not argv[i].startswith("--")
-        if takes_value:
-            value = argv[i]
         if name in known:
             out.append(token)
             continue
