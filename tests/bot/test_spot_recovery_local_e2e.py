@@ -1,0 +1,69 @@
+"""End to end on the local backend: a spot job whose capacity is taken is relaunched by the watcher
+from its checkpoints and ends with the step count and weights of an uninterrupted run.
+
+Real processes, real training of the tiny model; the two lineages train side by side.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from bot.wiring import build_runtime
+from jobs.backends.local import LocalBackend
+from jobs.clock import FakeClock
+from jobs.records import Actor, LineageStatus
+from jobs.settings import Settings
+
+OPERATOR = Actor("cli:test", via="cli")
+SPEC = "distilbert-spot epochs=1"
+
+
+def wait_for(condition, what: str, timeout: float = 240) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def weights(model_dir: str) -> dict:  # type: ignore[type-arg]
+    (file,) = Path(model_dir).glob("*.safetensors")
+    return load_file(str(file))
+
+
+def test_a_reclaimed_spot_job_resumes_and_matches_an_uninterrupted_run(trainbot_home: Path) -> None:
+    settings = Settings(trainbot_home=trainbot_home, trainbot_backend="local", trainbot_relaunch_backoff_seconds=0)
+    runtime = build_runtime(settings, clock=FakeClock())
+    backend = runtime.backend
+    assert isinstance(backend, LocalBackend)
+    steady = runtime.jobs.launch(SPEC, actor=OPERATOR)
+    reclaimed = runtime.jobs.launch(SPEC, actor=OPERATOR)
+    checkpoints = backend.checkpoint_folder(reclaimed.checkpoint_uri)
+
+    wait_for(lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")), "a first complete checkpoint")
+    backend.take_capacity(f"{reclaimed.id}-1")
+
+    def both_ended() -> bool:
+        runtime.watcher.poll_once()
+        return all(runtime.jobs.get(ref).status.is_terminal() for ref in (steady.id, reclaimed.id))
+
+    wait_for(both_ended, "both lineages to end")
+    steady, reclaimed = runtime.jobs.get(steady.id), runtime.jobs.get(reclaimed.id)
+    assert steady.status is reclaimed.status is LineageStatus.COMPLETED
+    assert [a.job_name for a in reclaimed.attempts] == [f"{reclaimed.id}-1", f"{reclaimed.id}-2"]
+    first, second = reclaimed.attempts
+    assert first.secondary_status == "MaxWaitTimeExceeded"
+    assert second.resumed_from_step and second.resumed_from_step > 0
+
+    steady_job, resumed_job = steady.attempts[-1].job_name, second.job_name
+    assert backend.metric_series(resumed_job)["loss"][-1].x == backend.metric_series(steady_job)["loss"][-1].x
+    steady_weights = weights(backend.describe(steady_job).model_artifacts or "")
+    resumed_weights = weights(backend.describe(resumed_job).model_artifacts or "")
+    assert steady_weights.keys() == resumed_weights.keys()
+    for name, tensor in steady_weights.items():
+        assert resumed_weights[name].equal(tensor), f"{name} differs after the resume"
+    runtime.shutdown()
