@@ -60,7 +60,7 @@ def main() -> None:
         write_squad_jsonl(data / "test", n=64, seed=2)
         print(f"built model and data in {time.monotonic() - t0:.1f} s", flush=True)
         args = ["--model_name_or_path", str(model), "--output_dir", str(root / "out"),
-                "--checkpoint_dir", str(root / "ckpt"), "--max_seq_length", str(opts.seq), "--doc_stride", "128",
+                "--checkpoint_dir", str(root / "ckpt"), "--max_seq_length", str(opts.seq), "--doc_stride", str(opts.seq // 3),
                 "--pad_to_max_length", "True", "--per_device_train_batch_size", str(opts.batch),
                 "--per_device_eval_batch_size", str(opts.batch), "--max_steps", str(opts.steps),
                 "--learning_rate", "3e-5", "--logging_steps", str(max(1, opts.steps // 4)),
