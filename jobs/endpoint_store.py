@@ -195,7 +195,7 @@ class EndpointStore:
         found = self.find(name.strip())
         if found is None:
             raise NotFound(
-                f"There is no endpoint {name.strip()!r}; /deploy JOB (or `trainbot deploy JOB`) makes one."
+                f"There is no endpoint {name.strip()!r}; `trainbot deploy JOB` (or /deploy JOB) makes one."
             )
         return found
 

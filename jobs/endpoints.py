@@ -206,7 +206,9 @@ class EndpointService:
         try:
             endpoint = self._endpoints.get(check_name(name))
         except BadInput:
-            raise NotFound(f"There is no endpoint {name.strip()!r}; /deploy JOB makes one.") from None
+            raise NotFound(
+                f"There is no endpoint {name.strip()!r}; `trainbot deploy JOB` (or /deploy JOB) makes one."
+            ) from None
         if endpoint.status.is_terminal():
             raise NotFound(
                 f"Endpoint {endpoint.name} is {endpoint.status.value} (since "

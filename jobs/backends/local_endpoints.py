@@ -52,6 +52,7 @@ class LocalEndpoints:
         self._clock = clock
         self._runner = runner or SubprocessRunner()
         self._python = python
+        self._spawned: set[int] = set()  # between fork and exec a child still shows our own command line
         self._local = (
             threading.local()
         )  # each thread keeps its own connections (http.client is not thread-safe)
@@ -82,6 +83,7 @@ class LocalEndpoints:
         }
         try:
             pid = self._runner.spawn(argv, env=env, cwd=folder, log_path=folder / "server.log")
+            self._spawned.add(pid)
         except OSError as exc:
             shutil.rmtree(folder, ignore_errors=True)
             raise BackendError(f"Could not start the local endpoint {request.name}: {exc}.") from exc
@@ -205,7 +207,9 @@ class LocalEndpoints:
 
     def _alive(self, folder: Path) -> bool:
         pid = self._pid(folder)
-        return pid is not None and self._runner.is_alive(pid) and _is_our_server(pid, folder)
+        if pid is None or not self._runner.is_alive(pid):
+            return False
+        return pid in self._spawned or _is_our_server(pid, folder)
 
 
 def _is_our_server(pid: int, folder: Path) -> bool:
