@@ -340,6 +340,12 @@ def find_resume_checkpoint(checkpoint_dir: Path) -> tuple[Path | None, list[Path
     return None, incomplete
 
 
+def _training_done(checkpoint: Path, training_args: Any) -> bool:
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    target = training_args.max_steps if training_args.max_steps > 0 else state.get("max_steps", 0)
+    return bool(target) and state["global_step"] >= target
+
+
 def resolve_checkpoint_dir(script_args: ScriptArguments, output_dir: str) -> Path:
     """`--checkpoint_dir`; when it is the SageMaker default and cannot be created (a laptop), fall back
     to `<output_dir>/checkpoints`."""
@@ -518,7 +524,16 @@ def train_and_finish(
                 shutil.rmtree(path, ignore_errors=True)
             if resume:
                 print(f"[checkpoint] resuming from {resume}", file=sys.stderr, flush=True)
-        result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+        if resume is not None and _training_done(resume, training_args):
+            # The Trainer would run one extra step past max_steps when resumed from the last one.
+            if trainer.is_world_process_zero():
+                print(f"[checkpoint] {resume.name} already holds the final step; skipping to the end",
+                      file=sys.stderr, flush=True)
+            trainer._load_from_checkpoint(str(resume))
+            trainer.state = type(trainer.state).load_from_json(str(resume / "trainer_state.json"))
+            result = None
+        else:
+            result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
         print(
             f"[shard] rank={training_args.process_index} world_size={training_args.world_size}"
             f" first_ids={','.join(map(str, collator.seen))}",
@@ -534,7 +549,8 @@ def train_and_finish(
                     flush=True,
                 )
             return EXIT_INTERRUPTED
-        metrics.update(result.metrics)
+        if result is not None:
+            metrics.update(result.metrics)
     if evaluate is not None:
         metrics.update(evaluate())
     if graceful.requested:

@@ -79,6 +79,14 @@ def test_sigterm_saves_exits_143_and_resumes_to_identical_weights(assets, uninte
     assert _first_step(resumed.stdout) == saved + 1
     _assert_same_weights(uninterrupted, tmp_path / "out")
 
+    # A relaunch after the last step (say SIGTERM came right at it) trains nothing more.
+    (tmp_path / "out" / "model.safetensors").unlink()
+    again = _run(assets, tmp_path)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "already holds the final step" in again.stderr and "[metric] loss=" not in again.stdout
+    assert "[metric] eval_f1=" in again.stdout and f"step={MAX_STEPS}" in again.stdout
+    _assert_same_weights(uninterrupted, tmp_path / "out")
+
 
 def test_kill_9_mid_save_resumes_from_previous_complete_checkpoint(assets, uninterrupted, tmp_path: Path) -> None:
     code, _, _ = _run_until(assets, tmp_path, step=25, sig=signal.SIGKILL)
