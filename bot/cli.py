@@ -201,8 +201,7 @@ def _cmd_stop(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     runtime = _runtime(settings)
     if args.once:
-        result = runtime.watcher.poll_once()
-        print(result.summary() if hasattr(result, "summary") else str(result))
+        print(runtime.watch_cycle())
         return 0
     print(f"watching every {settings.trainbot_poll_seconds:g} s; Ctrl-C to stop", file=sys.stderr)
     runtime.run_watcher_until_signalled()

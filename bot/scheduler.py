@@ -319,8 +319,5 @@ class SchedulerRunner:
 
 def build_schedule_service(runtime: Runtime) -> ScheduleService:
     """For bot/wiring.py: the service on the runtime's store, with the APScheduler calendar."""
-    # Importing jobs.schedules registered its schema step; migrate again so the tables exist even when
-    # the store was migrated before this import (idempotent).
-    runtime.store.migrate()
     return ScheduleService(store=runtime.store, jobs=runtime.jobs, calendar=ApsCronCalendar(),
                            settings=runtime.settings, clock=runtime.clock)

@@ -24,6 +24,8 @@ from jobs.watcher import Watcher
 if TYPE_CHECKING:
     from handlers.chat import Chat
     from handlers.context import Services
+    from jobs.endpoint_port import EndpointBackend
+    from jobs.endpoints import EndpointService
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +92,32 @@ class Runtime:
         from handlers.notify import deliver_due
 
         services = self.services()
-        self._spawn("watcher", lambda: self.watcher.run_forever(self.stop_event))
+        self._spawn("watcher", self.watch_until_stopped)
         self._spawn("outbox", lambda: self._deliver_loop(lambda: deliver_due(services, chat)))
         self._start_scheduler()
 
     def run_watcher_until_signalled(self) -> None:
         self._install_signal_handlers()
-        self.watcher.run_forever(self.stop_event)
+        self.watch_until_stopped()
+
+    def watch_cycle(self) -> str:
+        """One cycle of everything that is followed: training jobs, then endpoints and their idle note.
+        Returns what `trainbot watch --once` prints."""
+        lines = [self.watcher.poll_once().summary()]
+        if self.endpoints is not None:
+            followed = self.endpoints.poll_once()
+            idle = self.endpoints.idle_report()
+            lines.append(f"endpoints: {followed.summary()}; {len(idle)} idle")
+        return "\n".join(lines)
+
+    def watch_until_stopped(self) -> None:
+        """A cycle every TRAINBOT_POLL_SECONDS until `stop_event` is set; a failed cycle is logged, not fatal."""
+        while not self.stop_event.is_set():
+            try:
+                log.debug("%s", self.watch_cycle())
+            except Exception:
+                log.exception("watch cycle failed; retrying next interval")
+            self.stop_event.wait(self.settings.trainbot_poll_seconds)
 
     def shutdown(self) -> None:
         self.stop_event.set()
@@ -178,10 +199,16 @@ def _build_schedules(runtime: Runtime) -> Any:
     return build_schedule_service(runtime)
 
 
-def _build_endpoints(runtime: Runtime) -> Any:
-    try:
-        from jobs.endpoints import EndpointService
-    except ImportError:
-        return None
-    return EndpointService(store=runtime.store, backend=runtime.backend, settings=runtime.settings,
-                           clock=runtime.clock)
+def _build_endpoints(runtime: Runtime) -> EndpointService:
+    from jobs.endpoints import EndpointService
+
+    backend: EndpointBackend
+    if runtime.backend.name == "local":
+        from jobs.backends.local_endpoints import LocalEndpoints
+
+        backend = LocalEndpoints(runtime.settings.trainbot_home, runtime.clock)
+    else:
+        from jobs.backends.sagemaker_endpoints import from_settings
+
+        backend = from_settings(runtime.settings)
+    return EndpointService(store=runtime.store, backend=backend, settings=runtime.settings, clock=runtime.clock)

@@ -177,6 +177,9 @@ class EndpointCycle:
     ready: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
 
+    def summary(self) -> str:
+        return f"{self.followed} followed, {len(self.ready)} ready, {len(self.failed)} failed"
+
 
 class EndpointStore:
     """Rows of the endpoints table, on the store's engine."""
@@ -184,7 +187,6 @@ class EndpointStore:
     def __init__(self, store: Store, *, clock: Clock) -> None:
         self._engine = store.engine
         self._clock = clock
-        store.migrate()  # this module's step may register after the runtime's first migrate
 
     def find(self, name: str) -> Endpoint | None:
         with self._read() as conn:

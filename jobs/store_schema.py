@@ -8,13 +8,14 @@ tables. Another module adds its tables by declaring them on ``metadata`` and reg
     schedules = Table("schedules", metadata, Column("name", String(64), primary_key=True), ...)
     register_migration(2, "schedules table", lambda conn: schedules.create(conn))
 
-Register at import of the module that owns the table. ``migrate`` applies the steps that are *not recorded*,
-not just those above the highest one, so a step registered after an earlier ``migrate`` (a module imported
-late) is applied by the next ``migrate`` call; call it again after such an import.
+Register at import of the module that owns the table, and name that module in ``TABLE_MODULES`` so
+every ``migrate`` knows the whole schema. ``migrate`` applies the steps that are *not recorded*, not just
+those above the highest one, so a database older than a step gets it on the next ``migrate``.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -196,8 +197,16 @@ def register_migration(version: int, name: str, apply: Callable[[Connection], An
     _MIGRATIONS[version] = Migration(version, name, apply)
 
 
+#: Modules that declare tables of their own on `metadata` and register their migration step on
+#: import. `migrations()` imports them first, so every database gets the whole schema whichever
+#: modules the running command happened to import.
+TABLE_MODULES = ("jobs.schedule_records", "jobs.endpoint_store")
+
+
 def migrations() -> list[Migration]:
-    """Every registered step, in version order."""
+    """Every step of the schema, in version order."""
+    for module in TABLE_MODULES:
+        importlib.import_module(module)
     return [_MIGRATIONS[v] for v in sorted(_MIGRATIONS)]
 
 

@@ -84,12 +84,7 @@ def run(argv: list[str]) -> int:
 
     import transformers
 
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(
-            script_args.tokenizer_name or script_args.model_name_or_path
-        )
-    except OSError as exc:
-        raise trainkit.UsageError(f"cannot load tokenizer {script_args.model_name_or_path}: {exc}") from None
+    tokenizer = trainkit.load_tokenizer(script_args)
     max_len = min(script_args.max_seq_length, tokenizer.model_max_length)
     train_ds = eval_ds = None
     labels_seen: set[int] = set()

@@ -85,12 +85,7 @@ def run(argv: list[str]) -> int:
 
     import transformers
 
-    try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(
-            script_args.tokenizer_name or script_args.model_name_or_path
-        )
-    except OSError as exc:
-        raise trainkit.UsageError(f"cannot load tokenizer {script_args.model_name_or_path}: {exc}") from None
+    tokenizer = trainkit.load_tokenizer(script_args)
     if not tokenizer.is_fast:
         raise trainkit.UsageError("question answering needs a fast tokenizer (offset mappings)")
 

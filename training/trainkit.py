@@ -476,6 +476,17 @@ def make_callbacks(transformers_module: Any) -> tuple[Any, Any]:
 # ---------------------------------------------------------------------------------------------- run
 
 
+def load_tokenizer(script_args: ScriptArguments) -> Any:
+    """The model's tokenizer (or --tokenizer_name's); a missing one is a usage error, not a traceback."""
+    import transformers
+
+    name = script_args.tokenizer_name or script_args.model_name_or_path
+    try:
+        return transformers.AutoTokenizer.from_pretrained(name)
+    except OSError as exc:
+        raise UsageError(f"cannot load tokenizer {name}: {exc}") from None
+
+
 @dataclass(frozen=True)
 class RunDirs:
     checkpoints: Path  # the Trainer's output_dir: checkpoint-N folders

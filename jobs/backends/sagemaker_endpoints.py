@@ -20,11 +20,12 @@ from botocore.exceptions import ClientError
 from jobs.backends.aws_errors import AwsContext, aws_errors, error_code, error_message, is_not_found
 from jobs.backends.sagemaker_session import (
     MAX_ATTEMPTS,
-    _quiet_sdk_import,
     build_sdk_session,
     client_config,
     endpoint_of,
     make_boto_session,
+    quiet_sdk_import,
+    remember_valid_configs,
 )
 from jobs.endpoint_port import DeployRequest, EndpointAccess, RemoteEndpoint
 from jobs.errors import BackendError, ConfigError, NotFound
@@ -86,7 +87,7 @@ class SageMakerEndpoints:
         logger.info("asked SageMaker for endpoint %s (model %s)", request.name, request.model_name)
 
     def _model(self, request: DeployRequest) -> Any:
-        _quiet_sdk_import()
+        quiet_sdk_import()
         from sagemaker.huggingface import HuggingFaceModel  # imported on first deploy: about a second
 
         remember_valid_configs()
@@ -199,35 +200,6 @@ class SageMakerEndpoints:
         return AwsContext(
             action=action, endpoint=endpoint_of(self._sm), role_arn=self._role_arn, bucket=self._bucket
         )
-
-
-def remember_valid_configs() -> None:
-    """Validate each SDK defaults config once, not on every lookup.
-
-    sagemaker 2.x checks the whole session config against its JSON schema (and the schema against the
-    meta-schema) each time it reads a default: about 22 times per deploy, seconds of CPU. The config is a
-    constant dict (`SDK_CONFIG`), so a config that passed once passes again; a new one is still checked.
-    """
-    _quiet_sdk_import()
-    import sagemaker.utils as sdk_utils
-
-    original = sdk_utils.validate_sagemaker_config
-    if getattr(original, "remembers_valid_configs", False):
-        return
-    valid: set[str] = set()
-    lock = threading.Lock()
-
-    def validate(sagemaker_config: Any = None) -> None:
-        key = json.dumps(sagemaker_config, sort_keys=True, default=str)
-        with lock:
-            if key in valid:
-                return
-        original(sagemaker_config)
-        with lock:
-            valid.add(key)
-
-    validate.remembers_valid_configs = True  # type: ignore[attr-defined]
-    sdk_utils.validate_sagemaker_config = validate
 
 
 def model_arguments(request: DeployRequest, *, role: str) -> dict[str, Any]:

@@ -57,7 +57,7 @@ def endpoint_of(client: Any) -> str:
     return str(getattr(getattr(client, "meta", None), "endpoint_url", "") or "AWS")
 
 
-def _quiet_sdk_import() -> None:
+def quiet_sdk_import() -> None:
     """sagemaker 2.x prints a v3 deprecation notice and config INFO lines (to stdout) on import and
     on each estimator; they would corrupt the CLI's output. Set before the first import."""
     os.environ.setdefault("SAGEMAKER_SUPPRESS_V2_WARNING", "1")
@@ -74,7 +74,7 @@ def remember_valid_configs() -> None:
     a launch's CPU. Our config is the constant `SDK_CONFIG`, so one that passed once passes again;
     a different one is still checked. Idempotent.
     """
-    _quiet_sdk_import()
+    quiet_sdk_import()
     import sagemaker.utils as sdk_utils
 
     original = sdk_utils.validate_sagemaker_config
@@ -118,7 +118,7 @@ def build_sdk_session(boto_session: boto3.Session, *, bucket: str, config: Confi
 
 def huggingface_estimator(**kwargs: Any) -> Any:
     """`sagemaker.huggingface.HuggingFace(**kwargs)`, imported on first use."""
-    _quiet_sdk_import()
+    quiet_sdk_import()
     from sagemaker.huggingface import HuggingFace
 
     return HuggingFace(**kwargs)

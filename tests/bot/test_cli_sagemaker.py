@@ -61,12 +61,23 @@ def test_launch_status_and_watch_a_spot_job(moto_server: MotoAws, cli_env: dict[
     set_training_job_state(
         f"{lineage}-1", "Completed", "Completed", billable_seconds=300, training_seconds=1000,
         final_metrics={"eval_accuracy": 0.91},
+        model_artifacts=f"s3://{moto_server.bucket}/trainbot/{lineage}/output/{lineage}-1/output/model.tar.gz",
     )
     watched = trainbot(cli_env, "watch", "--once")
     assert watched.returncode == 0, watched.stderr
     status = trainbot(cli_env, "status", f"{lineage}-1")  # a SageMaker job name works as well as the lineage
     assert status.returncode == 0, status.stderr
     assert "completed" in status.stdout.lower() and "70%" in status.stdout
+
+    deployed = trainbot(cli_env, "deploy", lineage, "instance_type=ml.g4dn.xlarge")
+    assert deployed.returncode == 0, deployed.stderr
+    endpoint = deployed.stdout.strip().splitlines()[-1]
+    sagemaker = moto_server.client("sagemaker")
+    assert sagemaker.describe_endpoint(EndpointName=endpoint)["EndpointName"] == endpoint
+    assert trainbot(cli_env, "watch", "--once").returncode == 0
+    undeployed = trainbot(cli_env, "undeploy", endpoint)
+    assert undeployed.returncode == 0, undeployed.stderr
+    assert endpoint not in [e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]]
 
 
 def test_schedule_run_launches_at_once(moto_server: MotoAws, cli_env: dict[str, str]) -> None:  # noqa: F811

@@ -17,6 +17,7 @@ Use the fixtures by importing them into a test module (or a conftest)::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -164,8 +165,12 @@ class MotoAws:
 
 
 def _arrange(aws: MotoAws) -> None:
+    """The bucket and the role. Idempotent: every ThreadedMotoServer in this process shares moto's
+    in-memory state, and a module that imports the fixture gets a server of its own."""
     aws.client("s3").create_bucket(Bucket=aws.bucket)
-    aws.client("iam").create_role(RoleName=ROLE_NAME, AssumeRolePolicyDocument=json.dumps(_TRUST))
+    iam = aws.client("iam")
+    with contextlib.suppress(iam.exceptions.EntityAlreadyExistsException):
+        iam.create_role(RoleName=ROLE_NAME, AssumeRolePolicyDocument=json.dumps(_TRUST))
 
 
 @pytest.fixture(scope="session")
