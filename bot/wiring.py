@@ -199,7 +199,9 @@ def _build_schedules(runtime: Runtime) -> Any:
     return build_schedule_service(runtime)
 
 
-def _build_endpoints(runtime: Runtime) -> EndpointService:
+def _build_endpoints(runtime: Runtime) -> EndpointService | None:
+    """Endpoints live where the models were trained: local processes for local jobs, SageMaker for
+    SageMaker jobs; a backend of any other kind (a test double) has none."""
     from jobs.endpoints import EndpointService
 
     backend: EndpointBackend
@@ -207,8 +209,10 @@ def _build_endpoints(runtime: Runtime) -> EndpointService:
         from jobs.backends.local_endpoints import LocalEndpoints
 
         backend = LocalEndpoints(runtime.settings.trainbot_home, runtime.clock)
-    else:
+    elif runtime.backend.name == "sagemaker":
         from jobs.backends.sagemaker_endpoints import from_settings
 
         backend = from_settings(runtime.settings)
+    else:
+        return None
     return EndpointService(store=runtime.store, backend=backend, settings=runtime.settings, clock=runtime.clock)
