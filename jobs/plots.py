@@ -8,17 +8,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-import matplotlib
-
-# The bot runs headless, often in a worker thread: never a GUI backend. The Figure API below keeps no
-# pyplot global state, so plots from two threads do not mix.
-matplotlib.use("Agg")
-from matplotlib.figure import Figure  # noqa: E402
-
-from jobs.errors import TrainbotError  # noqa: E402
-from jobs.records import AttemptStatus, MetricSeries  # noqa: E402
+from jobs.errors import TrainbotError
+from jobs.records import AttemptStatus, MetricSeries
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -32,6 +25,18 @@ LOSS_METRICS = ("loss", "eval_loss")
 EVAL_METRICS = ("eval_exact_match", "eval_f1", "eval_accuracy")
 
 
+def _figure(**kwargs: object) -> Any:
+    """A matplotlib Figure, importing matplotlib on the first plot: it is 46 MB of the bot's memory and
+    most processes (the CLI, a quiet bot) never draw. Agg: the bot runs headless, often in a worker
+    thread, and the Figure API keeps no pyplot global state, so plots from two threads do not mix."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    return Figure(**kwargs)  # type: ignore[arg-type]
+
+
 def plot_series(
     series_by_attempt: list[tuple[str, MetricSeries]], path: Path, *, title: str, xlabel: str = "step"
 ) -> Path | None:
@@ -41,7 +46,7 @@ def plot_series(
     if not loss and not evals:
         return None
     panels = [(name, lines) for name, lines in (("training loss", loss), ("evaluation", evals)) if lines]
-    fig = Figure(figsize=(6 * len(panels), 4), dpi=100)
+    fig = _figure(figsize=(6 * len(panels), 4), dpi=100)
     for index, (name, lines) in enumerate(panels, start=1):
         _draw(fig.add_subplot(1, len(panels), index), name, lines, xlabel)
     fig.suptitle(title)
