@@ -14,8 +14,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import batches
 import compat
+import data_channels
 import numpy as np
+import script_arguments
 import trainkit
 
 _PAIR_COLUMNS = (("premise", "hypothesis"), ("sentence1", "sentence2"), ("question", "sentence"))
@@ -30,7 +33,7 @@ def text_columns(record: dict) -> tuple[str, str | None]:
     for name in _SINGLE_COLUMNS:
         if name in record:
             return name, None
-    raise trainkit.UsageError(
+    raise script_arguments.UsageError(
         f"cannot tell the text columns of the data (have {sorted(record)}; expected premise/hypothesis or text)"
     )
 
@@ -39,7 +42,7 @@ def tokenize(tokenizer: Any, records: list[dict], max_len: int, pad: bool) -> di
     first, second = text_columns(records[0])
     records = [r for r in records if int(r.get("label", -1)) >= 0]  # GLUE test splits carry -1
     if not records:
-        raise trainkit.UsageError("no labelled records (every label is missing or -1)")
+        raise script_arguments.UsageError("no labelled records (every label is missing or -1)")
     columns: dict[str, list] = {}
     for lo in range(0, len(records), 1000):
         batch = records[lo : lo + 1000]
@@ -72,10 +75,10 @@ def compute_metrics(eval_pred: Any) -> dict[str, float]:
 
 
 def run(argv: list[str]) -> int:
-    script_args, training_args = trainkit.parse_args(argv, prog="train_classification.py")
+    script_args, training_args = script_arguments.parse_args(argv, prog="train_classification.py")
     if script_args.max_seq_length is None:
         script_args.max_seq_length = 128
-    train_records, eval_records = trainkit.load_splits(
+    train_records, eval_records = data_channels.load_splits(
         script_args, bool(training_args.do_train), bool(training_args.do_eval or training_args.do_predict),
         eval_splits=_EVAL_SPLITS,
     )
@@ -91,14 +94,14 @@ def run(argv: list[str]) -> int:
     if train_records is not None:
         cols = tokenize(tokenizer, train_records, max_len, script_args.pad_to_max_length)
         labels_seen.update(cols["labels"])
-        train_ds = trainkit.FeatureDataset(cols)
+        train_ds = batches.FeatureDataset(cols)
     if eval_records is not None:
         cols = tokenize(tokenizer, eval_records, max_len, script_args.pad_to_max_length)
         labels_seen.update(cols["labels"])
-        eval_ds = trainkit.FeatureDataset(cols)
+        eval_ds = batches.FeatureDataset(cols)
     num_labels = script_args.num_labels or max(max(labels_seen) + 1, 2)
     if max(labels_seen) >= num_labels:
-        raise trainkit.UsageError(f"labels go up to {max(labels_seen)} but --num_labels is {num_labels}")
+        raise script_arguments.UsageError(f"labels go up to {max(labels_seen)} but --num_labels is {num_labels}")
 
     transformers.set_seed(training_args.seed)
     try:
@@ -106,10 +109,10 @@ def run(argv: list[str]) -> int:
             script_args.model_name_or_path, num_labels=num_labels
         )
     except OSError as exc:
-        raise trainkit.UsageError(f"cannot load model {script_args.model_name_or_path}: {exc}") from None
+        raise script_arguments.UsageError(f"cannot load model {script_args.model_name_or_path}: {exc}") from None
 
     fp = training_args.fp16 or training_args.bf16
-    collator = trainkit.PadCollator(tokenizer.pad_token_id or 0, pad_to_multiple_of=8 if fp else None)
+    collator = batches.PadCollator(tokenizer.pad_token_id or 0, pad_to_multiple_of=8 if fp else None)
     MetricPrinter, GracefulStop = trainkit.make_callbacks(transformers)
     graceful = GracefulStop()
     trainer = transformers.Trainer(

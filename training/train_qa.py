@@ -16,8 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import batches
 import compat
+import data_channels
 import qa_postprocess
+import script_arguments
 import trainkit
 
 _MODEL_COLUMNS = ("input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions")
@@ -70,16 +73,16 @@ def build_trainer_class(transformers: Any) -> type:
 
 
 def run(argv: list[str]) -> int:
-    script_args, training_args = trainkit.parse_args(argv, prog="train_qa.py")
+    script_args, training_args = script_arguments.parse_args(argv, prog="train_qa.py")
     if script_args.max_seq_length is None:
         script_args.max_seq_length = 384
     if script_args.doc_stride >= script_args.max_seq_length // 2:
-        raise trainkit.UsageError(
+        raise script_arguments.UsageError(
             f"--doc_stride {script_args.doc_stride} must be below half of --max_seq_length"
             f" {script_args.max_seq_length}"
         )
     need_eval = bool(training_args.do_eval or training_args.do_predict)
-    train_records, eval_records = trainkit.load_splits(script_args, bool(training_args.do_train), need_eval)
+    train_records, eval_records = data_channels.load_splits(script_args, bool(training_args.do_train), need_eval)
     dirs = trainkit.prepare_dirs(script_args, training_args)
     trainkit.log_environment(training_args)
 
@@ -87,7 +90,7 @@ def run(argv: list[str]) -> int:
 
     tokenizer = trainkit.load_tokenizer(script_args)
     if not tokenizer.is_fast:
-        raise trainkit.UsageError("question answering needs a fast tokenizer (offset mappings)")
+        raise script_arguments.UsageError("question answering needs a fast tokenizer (offset mappings)")
 
     def featurize(records: list[dict], keep_offsets: bool) -> dict[str, list]:
         return qa_postprocess.prepare_features(
@@ -102,20 +105,20 @@ def run(argv: list[str]) -> int:
     train_ds = eval_ds = None
     eval_meta: dict[str, list] = {}
     if train_records is not None:
-        train_ds = trainkit.FeatureDataset(_model_columns(featurize(train_records, keep_offsets=False)))
+        train_ds = batches.FeatureDataset(_model_columns(featurize(train_records, keep_offsets=False)))
     if eval_records is not None:
         feats = featurize(eval_records, keep_offsets=True)
         eval_meta = {"example_index": feats["example_index"], "offset_mapping": feats["offset_mapping"]}
-        eval_ds = trainkit.FeatureDataset(_model_columns(feats))
+        eval_ds = batches.FeatureDataset(_model_columns(feats))
 
     transformers.set_seed(training_args.seed)
     try:
         model = transformers.AutoModelForQuestionAnswering.from_pretrained(script_args.model_name_or_path)
     except OSError as exc:
-        raise trainkit.UsageError(f"cannot load model {script_args.model_name_or_path}: {exc}") from None
+        raise script_arguments.UsageError(f"cannot load model {script_args.model_name_or_path}: {exc}") from None
 
     fp = training_args.fp16 or training_args.bf16
-    collator = trainkit.PadCollator(tokenizer.pad_token_id or 0, pad_to_multiple_of=8 if fp else None)
+    collator = batches.PadCollator(tokenizer.pad_token_id or 0, pad_to_multiple_of=8 if fp else None)
     MetricPrinter, GracefulStop = trainkit.make_callbacks(transformers)
     graceful = GracefulStop()
     trainer = build_trainer_class(transformers)(

@@ -5,26 +5,29 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import checkpoints
 import compat
+import data_channels
+import metrics_log
 import numpy as np
 import pytest
 import qa_postprocess
+import script_arguments
 import train_classification
-import trainkit
 
 from jobs.plan import METRIC_DEFINITIONS, parse_metric_line
 from tests.training.conftest import run_script, script_env
 
 
 def test_booleans_accept_sagemaker_strings_and_bare_flags() -> None:
-    script, args = trainkit.parse_args(
+    script, args = script_arguments.parse_args(
         ["--model_name_or_path", "m", "--do_train", "True", "--do_eval", "False", "--pad_to_max_length",
          "--output_dir", "/tmp/x"], prog="t")
     assert args.do_train is True and args.do_eval is False and script.pad_to_max_length is True
 
 
 def test_sagemaker_arguments_are_ignored_and_defaults_applied() -> None:
-    script, args = trainkit.parse_args(
+    script, args = script_arguments.parse_args(
         ["--model_name_or_path", "m", "--sagemaker_program", "train_qa.py", "--sagemaker_region=us-east-1",
          "--max_steps", "7"], prog="t")
     assert args.max_steps == 7 and args.do_train and args.do_eval  # neither given: both
@@ -33,17 +36,17 @@ def test_sagemaker_arguments_are_ignored_and_defaults_applied() -> None:
 
 
 def test_unknown_argument_is_named() -> None:
-    with pytest.raises(trainkit.UsageError, match="--bogus"):
-        trainkit.parse_args(["--model_name_or_path", "m", "--bogus", "1"], prog="t")
+    with pytest.raises(script_arguments.UsageError, match="--bogus"):
+        script_arguments.parse_args(["--model_name_or_path", "m", "--bogus", "1"], prog="t")
 
 
 def test_missing_model_is_a_usage_error() -> None:
-    with pytest.raises(trainkit.UsageError, match="model_name_or_path"):
-        trainkit.parse_args(["--max_steps", "3"], prog="t")
+    with pytest.raises(script_arguments.UsageError, match="model_name_or_path"):
+        script_arguments.parse_args(["--max_steps", "3"], prog="t")
 
 
 def test_renamed_training_arguments_of_either_version_are_accepted() -> None:
-    _, args = trainkit.parse_args(
+    _, args = script_arguments.parse_args(
         ["--model_name_or_path", "m", "--evaluation_strategy", "steps", "--eval_steps", "5", "--no_cuda", "True",
          "--warmup_ratio", "0.1", "--logging_dir", "/tmp/logs", "--overwrite_output_dir", "True"], prog="t")
     strategy = getattr(args, "eval_strategy", None) or args.evaluation_strategy
@@ -61,30 +64,30 @@ def test_translate_argv_both_directions() -> None:
 
 
 def test_channels(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    script = trainkit.ScriptArguments(model_name_or_path="m")
+    script = script_arguments.ScriptArguments(model_name_or_path="m")
     for name in ("SM_CHANNEL_TRAIN", "SM_CHANNEL_TEST", "SM_CHANNEL_TRAINING", "SM_CHANNEL_VALIDATION"):
         monkeypatch.delenv(name, raising=False)
-    with pytest.raises(trainkit.UsageError, match="SM_CHANNEL_TRAIN"):
-        trainkit.load_splits(script, True, True)
+    with pytest.raises(script_arguments.UsageError, match="SM_CHANNEL_TRAIN"):
+        data_channels.load_splits(script, True, True)
     monkeypatch.setenv("SM_CHANNEL_TRAIN", str(tmp_path / "nope"))
-    with pytest.raises(trainkit.UsageError, match="not a folder"):
-        trainkit.load_splits(script, True, True)
+    with pytest.raises(script_arguments.UsageError, match="not a folder"):
+        data_channels.load_splits(script, True, True)
     train = tmp_path / "train"
     train.mkdir()
     monkeypatch.setenv("SM_CHANNEL_TRAIN", str(train))
-    with pytest.raises(trainkit.UsageError, match="no \\*.jsonl"):
-        trainkit.load_splits(script, True, False)
+    with pytest.raises(script_arguments.UsageError, match="no \\*.jsonl"):
+        data_channels.load_splits(script, True, False)
     (train / "a.jsonl").write_text('{"text": "x", "label": 1}\n\n{"text": "y", "label": 0}\n')
     (train / "b.json").write_text(json.dumps({"data": [{"title": "t", "paragraphs": [{"context": "c d", "qas": [
         {"id": "1", "question": "q", "answers": [{"text": "d", "answer_start": 2}]}]}]}]}))
-    records, _ = trainkit.load_splits(script, True, False)
+    records, _ = data_channels.load_splits(script, True, False)
     assert len(records) == 3 and records[2]["answers"] == {"text": ["d"], "answer_start": [2]}
-    with pytest.raises(trainkit.UsageError, match="SM_CHANNEL_TEST"):
-        trainkit.load_splits(script, True, True)
+    with pytest.raises(script_arguments.UsageError, match="SM_CHANNEL_TEST"):
+        data_channels.load_splits(script, True, True)
     script.dataset_name = "squad"
     monkeypatch.delenv("SM_CHANNEL_TRAIN")
-    with pytest.raises(trainkit.UsageError, match="datasets"):
-        trainkit.load_splits(script, True, True)
+    with pytest.raises(script_arguments.UsageError, match="datasets"):
+        data_channels.load_splits(script, True, True)
 
 
 def _checkpoint(root: Path, step: int, state: str | None) -> Path:
@@ -97,13 +100,13 @@ def _checkpoint(root: Path, step: int, state: str | None) -> Path:
 
 
 def test_resume_picks_newest_complete_checkpoint(tmp_path: Path) -> None:
-    assert trainkit.find_resume_checkpoint(tmp_path / "none") == (None, [])
+    assert checkpoints.find_resume_checkpoint(tmp_path / "none") == (None, [])
     good = _checkpoint(tmp_path, 20, json.dumps({"global_step": 20}))
     _checkpoint(tmp_path, 5, json.dumps({"global_step": 5}))
     torn = _checkpoint(tmp_path, 30, '{"global_st')
     missing = _checkpoint(tmp_path, 40, None)
     (tmp_path / "checkpoint-50-tmp").mkdir()
-    assert trainkit.find_resume_checkpoint(tmp_path) == (good, [missing, torn])
+    assert checkpoints.find_resume_checkpoint(tmp_path) == (good, [missing, torn])
 
 
 def test_squad_normalisation_and_scores() -> None:
@@ -136,16 +139,16 @@ def test_classification_metrics_two_and_three_classes() -> None:
 def test_metric_lines_match_the_plans_definitions() -> None:
     import re
 
-    logs = {name: value for name, value in zip(trainkit.METRIC_NAMES, [0.69, 5e-05, 1, 0.0, -1.5, 100.0, 99.5,
+    logs = {name: value for name, value in zip(metrics_log.METRIC_NAMES, [0.69, 5e-05, 1, 0.0, -1.5, 100.0, 99.5,
                                                                       0.5, 1e-12, 12.3, 4000.25], strict=True)}
-    lines = trainkit.metric_lines(logs, step=10)
-    assert len(lines) == len(trainkit.METRIC_NAMES)
+    lines = metrics_log.metric_lines(logs, step=10)
+    assert len(lines) == len(metrics_log.METRIC_NAMES)
     for line in lines:
         parsed = parse_metric_line(line)
         assert parsed is not None and parsed[2] == 10, line
         assert parsed[1] == pytest.approx(logs[parsed[0]], rel=1e-5)
         assert any(re.search(d["Regex"], line) for d in METRIC_DEFINITIONS if d["Name"] == parsed[0]), line
-    assert set(trainkit.METRIC_NAMES) == {d["Name"] for d in METRIC_DEFINITIONS}
+    assert set(metrics_log.METRIC_NAMES) == {d["Name"] for d in METRIC_DEFINITIONS}
 
 
 @pytest.mark.parametrize("script", ["train_qa.py", "train_classification.py"])

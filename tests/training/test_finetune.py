@@ -9,9 +9,9 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import data_channels
 import pytest
 import qa_postprocess
-import trainkit
 
 from jobs.plan import METRIC_DEFINITIONS, parse_metric_line
 from tests.training.conftest import CLS_FAST, QA_FAST, run_script, script_env
@@ -52,7 +52,7 @@ def test_qa_finetune_beats_trivial_baseline(qa_run, assets) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     metrics = json.loads((root / "data" / "metrics.json").read_text())
     # Trivial baseline: the first word of the context, and the most common answer.
-    examples = trainkit.read_channel(assets.squad_test)[:200]
+    examples = data_channels.read_channel(assets.squad_test)[:200]
     first_word = qa_postprocess.squad_metrics(examples, {e["id"]: e["context"].split()[0] for e in examples})
     common = Counter(e["answers"]["text"][0] for e in examples).most_common(1)[0][0]
     majority = qa_postprocess.squad_metrics(examples, {e["id"]: common for e in examples})
@@ -97,7 +97,7 @@ def test_mnli_finetune_beats_majority_baseline(assets, tmp_path: Path) -> None:
             "--do_eval", "True", "--fp16", "False"]
     result = run_script("train_classification.py", args, script_env(*assets.channels_for("mnli")))
     assert result.returncode == 0, result.stderr[-3000:]
-    labels = [r["label"] for r in trainkit.read_channel(assets.mnli_test)]
+    labels = [r["label"] for r in data_channels.read_channel(assets.mnli_test)]
     majority = Counter(labels).most_common(1)[0][1] / len(labels)
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["eval_accuracy"] >= majority + 0.2, (metrics, majority)

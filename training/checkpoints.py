@@ -1,0 +1,136 @@
+"""Checkpoints: where they go, which one to resume from (complete ones only), whether it already holds
+the final step, and the SIGTERM stop that saves one at the next step boundary."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from script_arguments import DEFAULT_CHECKPOINT_DIR, ScriptArguments, UsageError
+
+_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _checkpoint_complete(path: Path) -> bool:
+    try:
+        state = json.loads((path / "trainer_state.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(state, dict) and "global_step" in state
+
+
+def find_resume_checkpoint(checkpoint_dir: Path) -> tuple[Path | None, list[Path]]:
+    """(newest complete checkpoint, incomplete checkpoint folders newer than it).
+
+    Complete means `trainer_state.json` is there and parses: the Trainer writes it after the weights,
+    optimizer and scheduler, so a kill mid-save leaves a folder without it (or with a torn one), which
+    the stock `get_last_checkpoint` would still pick.
+    """
+    if not checkpoint_dir.is_dir():
+        return None, []
+    found = []
+    for child in checkpoint_dir.iterdir():
+        match = _CHECKPOINT_RE.match(child.name)
+        if match and child.is_dir():
+            found.append((int(match.group(1)), child))
+    incomplete: list[Path] = []
+    for _, path in sorted(found, reverse=True):
+        if _checkpoint_complete(path):
+            return path, incomplete
+        incomplete.append(path)
+    return None, incomplete
+
+
+
+def training_done(checkpoint: Path, training_args: Any) -> bool:
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    target = training_args.max_steps if training_args.max_steps > 0 else state.get("max_steps", 0)
+    return bool(target) and state["global_step"] >= target
+
+
+def resolve_checkpoint_dir(script_args: ScriptArguments, output_dir: str) -> Path:
+    """`--checkpoint_dir`; when it is the SageMaker default and cannot be created (a laptop), fall back
+    to `<output_dir>/checkpoints`."""
+    path = Path(script_args.checkpoint_dir)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    except OSError as exc:
+        if script_args.checkpoint_dir != DEFAULT_CHECKPOINT_DIR:
+            raise UsageError(f"--checkpoint_dir {path}: {exc.strerror or exc}") from None
+    fallback = Path(output_dir) / "checkpoints"
+    fallback.mkdir(parents=True, exist_ok=True)
+    print(f"note: {DEFAULT_CHECKPOINT_DIR} is not writable here; checkpoints go to {fallback}", file=sys.stderr)
+    return fallback
+
+
+def make_graceful_stop(transformers_module: Any) -> type:
+    """The graceful-stop callback class, built on the installed TrainerCallback."""
+    TrainerCallback = transformers_module.TrainerCallback
+
+    class GracefulStop(TrainerCallback):
+        """SIGTERM -> save a checkpoint at the next step boundary and stop; the script exits 143.
+
+        Under several processes the flag is agreed on every step (a MAX all-reduce over a gloo group),
+        so all ranks stop, and save, at the same step even when the signal reaches them at different times.
+        """
+
+        def __init__(self) -> None:
+            self.requested = False
+            self.stopped_at: int | None = None
+            self._group: Any = None
+            self._distributed = False
+            self._step_ended = time.monotonic()
+            signal.signal(signal.SIGTERM, self._on_signal)
+
+        def _on_signal(self, signum, frame):
+            if not self.requested:
+                print("[checkpoint] SIGTERM received: saving at the next step boundary", file=sys.stderr, flush=True)
+            self.requested = True
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                self._distributed = True
+                try:
+                    self._group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
+                except Exception:  # noqa: BLE001 - fall back to the default group
+                    self._group = None
+
+        def _agreed(self) -> bool:
+            if not self._distributed:
+                return self.requested
+            import torch
+            import torch.distributed as dist
+
+            try:
+                flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
+                if self._group is None and dist.get_backend() != "gloo":
+                    flag = flag.cuda()
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
+                return bool(flag.item())
+            except Exception:  # noqa: BLE001 - e.g. smdistributed model parallel: decide locally
+                return self.requested
+
+        def on_save(self, args, state, control, **kwargs):
+            if state.is_world_process_zero:
+                seconds = time.monotonic() - self._step_ended
+                print(f"[checkpoint] saved checkpoint-{state.global_step} in {seconds:.3f} s",
+                      file=sys.stderr, flush=True)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self._step_ended = time.monotonic()
+            if self._agreed():
+                self.requested = True
+                self.stopped_at = state.global_step
+                control.should_save = True
+                control.should_training_stop = True
+            return control
+
+    return GracefulStop
