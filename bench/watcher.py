@@ -10,8 +10,6 @@ lineage per job:
 3. a change (one job Interrupted) is seen by the next cycle (target: within one poll);
 4. detection to relaunch: from the DescribeTrainingJob answer that shows MaxWaitTimeExceeded to the
    CreateTrainingJob request of the next attempt leaving the client (target < 2 s of the bot's own time).
-With --remember-sdk-config the SDK validates its defaults config once per process (what
-jobs.backends.sagemaker_endpoints.remember_valid_configs installs) instead of on each of ~20 lookups per launch.
 Figures only; nothing here asserts on time. moto pages ListTrainingJobs over every job before it applies
 LastModifiedTimeAfter, so its list costs ceil(jobs / 100) requests where SageMaker's costs ceil(changed / 100).
 """
@@ -75,7 +73,6 @@ class Requests:
         self.count: Counter[str] = Counter()
         self.detected: dict[str, float] = {}  # job -> when its describe answer arrived
         self.created: dict[str, float] = {}  # job -> when its CreateTrainingJob left
-        self.head_bucket: list[float] = []  # when each launch's first request (HeadBucket) left
 
     def attach(self, session: Any) -> None:
         session.events.register("before-send", self._sent)
@@ -87,8 +84,6 @@ class Requests:
     def _sent(self, request: Any, event_name: str = "", **_: Any) -> None:
         operation = event_name.split(".")[-1]
         self.count[operation] += 1
-        if operation == "HeadBucket":
-            self.head_bucket.append(time.perf_counter())
         if operation == "CreateTrainingJob":
             self.created[json.loads(request.body)["TrainingJobName"]] = time.perf_counter()
 
@@ -206,13 +201,10 @@ def run(jobs: int) -> None:
             lost, lost_calls, lost_s = _measure(requests, watcher.poll_once)
             detected = requests.detected[f"{lost_job}-1"]
             bot_s = requests.created[f"{lost_job}-2"] - detected
-            launch_started = min(t for t in requests.head_bucket if t >= detected)
             print(f"cycle with a relaunch         {lost_calls:6d} requests {lost_s * 1000:8.0f} ms  "
                   f"actions: {[a for a in lost.actions if a.startswith('relaunched')]}")
             print(f"detection -> CreateTrainingJob sent   {bot_s * 1000:8.0f} ms  (target < 2000)")
-            print(f"  detection -> backend.launch starts  {(launch_started - detected) * 1000:8.0f} ms  (watcher, store, plan)")
-            print(f"  backend.launch -> request sent      {(requests.created[f'{lost_job}-2'] - launch_started) * 1000:8.0f} ms"
-                  "  (SDK: estimator, source tarball upload; see bench/launch.py)")
+            print("  (watcher, store, plan, then the SDK's estimator and source upload; see bench/launch.py)")
             again, again_calls, again_s = _measure(requests, watcher.poll_once)
             print(f"next cycle                    {again_calls:6d} requests {again_s * 1000:8.0f} ms  "
                   f"actions: {again.actions}")
@@ -225,13 +217,7 @@ def main() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--jobs", type=int, default=1000)
-    parser.add_argument("--remember-sdk-config", action="store_true",
-                        help="validate the SDK's defaults config once per process, as the endpoints backend does")
     args = parser.parse_args()
-    if args.remember_sdk_config:
-        from jobs.backends.sagemaker_endpoints import remember_valid_configs
-
-        remember_valid_configs()
     run(args.jobs)
 
 
