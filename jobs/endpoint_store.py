@@ -8,8 +8,7 @@ lineages, so two processes following one endpoint never both announce it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -37,7 +36,7 @@ from jobs.endpoint_port import DeployRequest, EndpointStatus
 from jobs.errors import InvalidState, NotFound, SpecError
 from jobs.pricing import hourly_usd
 from jobs.store import Lineage, Store
-from jobs.store_schema import UTCDateTime, metadata, register_migration
+from jobs.store_schema import UTCDateTime, metadata, read_transaction, register_migration, write_transaction
 
 SCHEMA_VERSION = 20
 
@@ -263,19 +262,11 @@ class EndpointStore:
         with self._write() as conn:
             conn.execute(stmt)
 
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        """BEGIN IMMEDIATE on SQLite, as the store does: a read inside is never invalidated."""
-        with self._engine.connect() as conn:
-            if self._engine.dialect.name == "sqlite":
-                conn = conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
-            with conn.begin():
-                yield conn
+    def _write(self) -> AbstractContextManager[Connection]:
+        return write_transaction(self._engine)
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with self._engine.connect() as conn, conn.begin():
-            yield conn
+    def _read(self) -> AbstractContextManager[Connection]:
+        return read_transaction(self._engine)
 
 
 def _to_endpoint(row: Row[Any]) -> Endpoint:

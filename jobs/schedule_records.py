@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -11,8 +9,6 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     Column,
-    Connection,
-    Engine,
     Float,
     Index,
     Integer,
@@ -128,16 +124,6 @@ class FireResult:
 
 def _when(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M UTC")
-
-
-@contextmanager
-def write_transaction(engine: Engine) -> Iterator[Connection]:
-    """A write transaction; BEGIN IMMEDIATE on SQLite (the store's recipe) so writers queue, not fail."""
-    with engine.connect() as conn:
-        if engine.dialect.name == "sqlite":
-            conn = conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
-        with conn.begin():
-            yield conn
 
 
 def schedule_from_row(row: Row[Any]) -> Schedule:

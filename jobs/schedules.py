@@ -38,13 +38,13 @@ from jobs.schedule_records import (
     schedule_from_row,
     schedule_runs,
     schedules_table,
-    write_transaction,
 )
 from jobs.schedule_records import scheduler_lease as scheduler_lease  # re-exported for bot/scheduler.py
 from jobs.schedule_text import DEFAULT_TZ, check_name, check_overlap, parse_add_text
 from jobs.service import JobService
 from jobs.settings import Settings
 from jobs.store import Lineage, Store
+from jobs.store_schema import write_transaction
 
 log = logging.getLogger(__name__)
 

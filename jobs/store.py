@@ -8,8 +8,8 @@ caller learns from the row count whether it won, so two processes never both act
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -25,7 +25,7 @@ from jobs.store_records import Attempt, AuditEntry, Lineage, Notification, to_at
 from jobs.store_schema import attempts as t_attempts
 from jobs.store_schema import audit as t_audit
 from jobs.store_schema import lineages as t_lineages
-from jobs.store_schema import make_engine, migrations
+from jobs.store_schema import make_engine, migrations, read_transaction, write_transaction
 from jobs.store_schema import meta as t_meta
 from jobs.store_schema import metadata as _metadata
 from jobs.store_schema import outbox as t_outbox
@@ -47,7 +47,6 @@ class Store:
     def __init__(self, url: str, *, clock: Clock) -> None:
         self._clock = clock
         self._engine = make_engine(url)
-        self._sqlite = self._engine.dialect.name == "sqlite"
 
     @property
     def engine(self) -> Engine:
@@ -63,20 +62,11 @@ class Store:
 
     # -- transactions -----------------------------------------------------------------------------
 
-    @contextmanager
-    def _write(self) -> Iterator[Connection]:
-        """A write transaction; on SQLite it takes the write lock at BEGIN, so a read inside it can
-        never be invalidated by another writer (and busy_timeout applies instead of an instant error)."""
-        with self._engine.connect() as conn:
-            if self._sqlite:
-                conn = conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
-            with conn.begin():
-                yield conn
+    def _write(self) -> AbstractContextManager[Connection]:
+        return write_transaction(self._engine)
 
-    @contextmanager
-    def _read(self) -> Iterator[Connection]:
-        with self._engine.connect() as conn, conn.begin():
-            yield conn
+    def _read(self) -> AbstractContextManager[Connection]:
+        return read_transaction(self._engine)
 
     # -- migrations -------------------------------------------------------------------------------
 

@@ -16,7 +16,8 @@ those above the highest one, so a database older than a step gets it on the next
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -250,3 +251,21 @@ def _sqlite_pragmas(engine: Engine, *, wal: bool) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         conn.exec_driver_sql(conn.get_execution_options().get("sqlite_begin", "BEGIN"))
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A write transaction; on SQLite it takes the write lock at BEGIN, so a read inside it can never be
+    invalidated by another writer (and busy_timeout applies instead of an instant error). Every table's
+    owner writes through this, so all writers queue the same way."""
+    with engine.connect() as conn:
+        if engine.dialect.name == "sqlite":
+            conn = conn.execution_options(sqlite_begin="BEGIN IMMEDIATE")
+        with conn.begin():
+            yield conn
+
+
+@contextmanager
+def read_transaction(engine: Engine) -> Iterator[Connection]:
+    with engine.connect() as conn, conn.begin():
+        yield conn
