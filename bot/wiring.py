@@ -180,7 +180,7 @@ def _build_backend(settings: Settings, clock: Clock, *, force_local: bool) -> Tr
     if force_local or settings.backend == "local":
         from jobs.backends.local import LocalBackend
 
-        return LocalBackend(settings.trainbot_home, clock=clock)
+        return LocalBackend(settings.trainbot_home, clock=clock, offline=not settings.local_uses_hub)
     from jobs.backends.sagemaker import SageMakerBackend
 
     if not settings.trainbot_role_arn or not settings.trainbot_bucket:

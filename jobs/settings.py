@@ -41,6 +41,15 @@ class Settings(BaseSettings):
     trainbot_endpoint_idle_hours: float = Field(default=24, gt=0)
     # A schedule missed while the bot was down still runs (once) if the bot is back within this.
     trainbot_schedule_grace_seconds: float = Field(default=3600, ge=0)
+    # Local jobs train the tiny offline model unless hub models are asked for (and the hub is reachable).
+    trainbot_local_hub: bool = False
+    hf_hub_offline: bool = False
+
+    @field_validator("trainbot_home")
+    @classmethod
+    def _absolute_home(cls, value: Path) -> Path:
+        # Local jobs run in folders of their own; a relative home would mean another folder there.
+        return value.expanduser().resolve()
 
     @field_validator("trainbot_allowed_users", "trainbot_allowed_channels", "trainbot_admins", mode="before")
     @classmethod
@@ -69,7 +78,11 @@ class Settings(BaseSettings):
         return "sagemaker" if self.trainbot_role_arn else "local"
 
     @property
+    def local_uses_hub(self) -> bool:
+        return self.trainbot_local_hub and not self.hf_hub_offline
+
+    @property
     def database_url(self) -> str:
         if self.trainbot_database_url:
             return self.trainbot_database_url
-        return f"sqlite:///{(self.trainbot_home / 'trainbot.db').resolve()}"
+        return f"sqlite:///{self.trainbot_home / 'trainbot.db'}"

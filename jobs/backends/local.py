@@ -58,7 +58,7 @@ class LocalBackend:
         offline: bool | None = None,
         limits: LocalLimits | None = None,
     ) -> None:
-        self._home = Path(home)
+        self._home = Path(home).resolve()  # job processes run elsewhere: every path they get is absolute
         self._jobs_root = self._home / "local-jobs"
         self._clock = clock
         self._runner = runner or SubprocessRunner()

@@ -48,7 +48,7 @@ class LocalEndpoints:
         runner: ProcessRunner | None = None,
         python: str = sys.executable,
     ) -> None:
-        self._root = Path(home) / "local-endpoints"
+        self._root = Path(home).resolve() / "local-endpoints"
         self._clock = clock
         self._runner = runner or SubprocessRunner()
         self._python = python

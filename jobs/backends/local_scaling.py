@@ -2,8 +2,8 @@
 
 A plan asks for GPUs, hours and (maybe) hub models; locally we have a few cores and minutes. Every
 change is made here, in one pure function, and summed up in one line the plan card shows, so the
-scale-down is never silent. Offline (no hub) the model is the tiny BERT and the data the generated
-channels from `offline_assets`; with a network the hub names pass through unchanged.
+scale-down is never silent. By default (offline) the model is the tiny BERT and the data the generated
+channels from `offline_assets`; with TRAINBOT_LOCAL_HUB=1 the hub names pass through unchanged.
 """
 
 from __future__ import annotations
@@ -65,11 +65,13 @@ class LocalRun:
         return "; ".join((line, *self.notes))
 
 
-def is_offline(offline: bool | None, environ: Mapping[str, str] = os.environ) -> bool:
-    """An explicit choice wins; otherwise the hub's own switch (HF_HUB_OFFLINE) decides."""
+def is_offline(offline: bool | None) -> bool:
+    """An explicit choice wins; otherwise the tiny model and generated data, always. A preset's hub model
+    on a laptop's CPU would be a download of gigabytes and hours of training, and it fails outright
+    where there is no network: hub models locally are asked for (TRAINBOT_LOCAL_HUB=1), never guessed."""
     if offline is not None:
         return offline
-    return environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE_WORDS
+    return True
 
 
 def scale_plan(

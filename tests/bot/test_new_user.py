@@ -1,0 +1,38 @@
+"""The bot as a new user first meets it: an empty folder, no Slack, no AWS, no hub settings at all.
+
+The rest of the suite runs with HF_HUB_OFFLINE=1 (tests/conftest.py); a new user's shell has nothing of
+the kind, and the default state folder is the relative `./.trainbot`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from jobs.settings import Settings
+
+TRAINBOT = Path(sys.executable).with_name("trainbot")
+
+
+def test_a_fresh_folder_trains_bert_squad_on_the_tiny_model(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRAINBOT_", "SLACK_", "AWS_"))}
+    env["HF_HOME"] = str(tmp_path / "hf")  # still never the user's cache
+    (tmp_path / "script.txt").write_text("/train bert-squad\nlaunch\n")
+    result = subprocess.run(
+        [str(TRAINBOT), "console", "--script", "script.txt"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "local: tiny BERT" in result.stdout  # the plan card says how it is scaled down
+    assert "exact_match" in result.stdout and "completed" in result.stdout
+    assert (tmp_path / ".trainbot" / "trainbot.db").exists()
+
+
+def test_a_relative_home_is_made_absolute(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TRAINBOT_HOME", raising=False)
+    settings = Settings()
+    assert settings.trainbot_home == tmp_path.resolve() / ".trainbot"
+    assert not settings.local_uses_hub
