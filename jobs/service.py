@@ -281,6 +281,7 @@ class JobService:
         )
         if lineage.status.is_terminal():
             raise _already_ended(lineage)
+        self._check_same_backend(lineage, "stop")
         latest = lineage.latest_attempt
         if latest is not None and not latest.status.is_terminal():
             try:
@@ -293,6 +294,14 @@ class JobService:
         return self._store.get_lineage(lineage.id)
 
     # -- helpers ----------------------------------------------------------------------------------
+
+    def _check_same_backend(self, lineage: Lineage, verb: str) -> None:
+        # A console (local) and a SageMaker bot may share one store; each acts on its own jobs only.
+        if lineage.backend != self._backend.name:
+            raise InvalidState(
+                f"{lineage.id} runs on the {lineage.backend} backend and this bot runs {self._backend.name}: "
+                f"{verb} it from a bot with TRAINBOT_BACKEND={lineage.backend}."
+            )
 
     def _parse(self, text: str) -> JobSpec:
         return parse_command(text, max_instances=self._settings.trainbot_max_instances)

@@ -163,7 +163,8 @@ class Store:
             return self._lineage(conn, row)
 
     def list_lineages(
-        self, *, active_only: bool = False, limit: int = 50, schedule: str | None = None
+        self, *, active_only: bool = False, limit: int = 50, schedule: str | None = None,
+        backend: str | None = None,
     ) -> list[Lineage]:
         """Newest first."""
         query = (
@@ -173,6 +174,8 @@ class Store:
             query = query.where(t_lineages.c.status.not_in(_TERMINAL_LINEAGE))
         if schedule is not None:
             query = query.where(t_lineages.c.schedule == schedule)
+        if backend is not None:
+            query = query.where(t_lineages.c.backend == backend)
         with self._read() as conn:
             rows = conn.execute(query).all()
             by_lineage = self._attempts_of(conn, [r.id for r in rows])
@@ -293,13 +296,16 @@ class Store:
             if conn.execute(stmt).rowcount != 1:
                 raise NotFound(f"There is no training job {job_name!r} to update.")
 
-    def active_attempts(self) -> list[Attempt]:
-        """LAUNCHING or RUNNING attempts, oldest first."""
+    def active_attempts(self, *, backend: str | None = None) -> list[Attempt]:
+        """LAUNCHING or RUNNING attempts (of lineages on `backend`, if given), oldest first."""
         query = (
             select(t_attempts)
             .where(t_attempts.c.status.in_(_ACTIVE_ATTEMPT))
             .order_by(t_attempts.c.created_at, t_attempts.c.id)
         )
+        if backend is not None:
+            on_backend = select(t_lineages.c.id).where(t_lineages.c.backend == backend)
+            query = query.where(t_attempts.c.lineage_id.in_(on_backend))
         with self._read() as conn:
             return [to_attempt(r) for r in conn.execute(query)]
 

@@ -33,11 +33,16 @@ from jobs.settings import Settings
 from jobs.settle import CycleResult, Settler, change_key
 from jobs.store import Attempt, Store
 
-__all__ = ["CURSOR_KEY", "CycleResult", "Watcher"]
+__all__ = ["CycleResult", "Watcher", "cursor_key"]
 
 log = logging.getLogger(__name__)
 
-CURSOR_KEY = "watcher.cursor"
+
+
+def cursor_key(backend_name: str) -> str:
+    """Each backend's cursor is in its own clock (LastModifiedTime as it reports it), so each has its own."""
+    return f"watcher.cursor.{backend_name}"
+
 _ACTIVE = (AttemptStatus.LAUNCHING, AttemptStatus.RUNNING)
 _ENDED = {
     RemoteStatus.COMPLETED: AttemptStatus.COMPLETED,
@@ -129,13 +134,14 @@ class Watcher:
     def poll_once(self) -> CycleResult:
         cycle = CycleResult()
         self._backend.calls = 0
-        active = {a.job_name: a for a in self._store.active_attempts()}
+        # Only this backend's jobs: a console on the local backend and a SageMaker bot may share a store.
+        active = {a.job_name: a for a in self._store.active_attempts(backend=self._backend.name)}
         summaries = self._list_changed(cycle)
         for name, summary in self._to_describe(summaries, active).items():
             self._guard(cycle, name, lambda a=active[name], s=summary: self._check(a, s, cycle))
         # A change that failed to be handled keeps the cursor put, so the next cycle lists it again.
         handled = summaries is not None and not cycle.errors
-        lineages = self._store.list_lineages(active_only=True, limit=_MAX_LINEAGES)
+        lineages = self._store.list_lineages(active_only=True, limit=_MAX_LINEAGES, backend=self._backend.name)
         for lineage in lineages:
             self._guard(cycle, lineage.id, lambda ln=lineage: self._settler.settle(ln, cycle))
         if handled and summaries is not None:
@@ -155,7 +161,7 @@ class Watcher:
     # -- 1. what changed --------------------------------------------------------------------------
 
     def _list_changed(self, cycle: CycleResult) -> list[JobSummary] | None:
-        cursor = self._store.get_meta(CURSOR_KEY)
+        cursor = self._store.get_meta(cursor_key(self._backend.name))
         since = datetime.fromisoformat(cursor) - self._overlap if cursor else None
         try:
             summaries = self._backend.list_changed(since)
@@ -188,9 +194,9 @@ class Watcher:
         if not stamps:
             return
         newest = max(stamps)
-        cursor = self._store.get_meta(CURSOR_KEY)
+        cursor = self._store.get_meta(cursor_key(self._backend.name))
         if cursor is None or newest > datetime.fromisoformat(cursor):
-            self._store.set_meta(CURSOR_KEY, newest.isoformat())
+            self._store.set_meta(cursor_key(self._backend.name), newest.isoformat())
 
     # -- 2. describe and mirror -------------------------------------------------------------------
 

@@ -17,12 +17,13 @@ import pytest
 
 from jobs import events, pricing
 from jobs.clock import FakeClock
-from jobs.errors import BackendError, BackendUnavailable, CapacityError
+from jobs.errors import BackendError, BackendUnavailable, CapacityError, InvalidState
+from jobs.grammar import parse_command
 from jobs.records import Actor, AttemptStatus, LineageStatus, MetricPoint, RemoteStatus
 from jobs.service import JobService
 from jobs.settings import Settings
 from jobs.store import Lineage, Store
-from jobs.watcher import CURSOR_KEY, Watcher
+from jobs.watcher import Watcher, cursor_key
 from tests.jobs.fakes import ScriptedBackend
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
@@ -153,7 +154,7 @@ def test_a_quiet_cycle_lists_once_and_describes_nothing(world: World) -> None:
     first = world.watcher.poll_once()
     assert first.described == [f"{lineage.id}-1"]
     assert world.kinds() == [events.STATE]
-    assert world.store.get_meta(CURSOR_KEY) is not None
+    assert world.store.get_meta(cursor_key(world.backend.name)) is not None
     world.clock.advance(30)
     quiet = world.watcher.poll_once()
     assert (quiet.api_calls, quiet.described, quiet.changes, quiet.actions) == (1, [], [], [])
@@ -492,16 +493,16 @@ def test_a_relaunch_refused_for_an_outage_retries_the_same_type_and_a_bad_reques
 def test_a_job_whose_describe_fails_keeps_the_cursor_and_does_not_block_the_others(world: World) -> None:
     broken, fine = world.launch(), world.launch()
     world.watcher.poll_once()
-    cursor = world.store.get_meta(CURSOR_KEY)
+    cursor = world.store.get_meta(cursor_key(world.backend.name))
     world.move(f"{fine.id}-1", RemoteStatus.IN_PROGRESS, "Uploading")
     world.move(f"{broken.id}-1", RemoteStatus.IN_PROGRESS, "Uploading")
     assert isinstance(world.backend, FlakyBackend)
     world.backend.fail_describe_once.add(f"{broken.id}-1")
     failed = world.watcher.poll_once()
-    assert len(failed.errors) == 1 and world.store.get_meta(CURSOR_KEY) == cursor
+    assert len(failed.errors) == 1 and world.store.get_meta(cursor_key(world.backend.name)) == cursor
     assert world.store.get_attempt(f"{fine.id}-1").secondary_status == "Uploading"
     healed = world.watcher.poll_once()
-    assert healed.errors == [] and world.store.get_meta(CURSOR_KEY) != cursor
+    assert healed.errors == [] and world.store.get_meta(cursor_key(world.backend.name)) != cursor
     assert world.store.get_attempt(f"{broken.id}-1").secondary_status == "Uploading"
 
 
@@ -511,3 +512,23 @@ def test_the_cycle_summary_is_what_watch_once_prints(world: World) -> None:
     assert lines[0] == "2 API calls, 1 listed, 1 described, 1 changes, 1 actions, 0 errors"
     assert lines[1:] == [f"  change: {lineage.id}-1: -/- -> InProgress/Training",
                          f"  action: notified state {lineage.id}-1"]
+
+
+def test_jobs_of_another_backend_sharing_the_store_are_left_alone(world: World) -> None:
+    spec = parse_command("distilbert-spot")
+    other = world.store.create_lineage(
+        lineage_id="elsewhere-1a2b3c4d", spec=spec, backend="sagemaker",
+        checkpoint_uri="s3://b/trainbot/elsewhere-1a2b3c4d/checkpoints", actor=ALICE, estimated_usd=1.0,
+    )
+    world.store.add_attempt(other.id, number=1, instance_type=spec.instance_type, spot=True)
+    world.store.transition_lineage(other.id, [LineageStatus.PENDING], LineageStatus.RUNNING)
+    mine = world.launch()
+    for _ in range(3):
+        cycle = world.watcher.poll_once()
+        world.clock.advance(600)  # far past the lost-launch grace period
+        assert all(other.id not in name for name in cycle.described)
+    assert [a.job_name for a in world.store.get_lineage(other.id).attempts] == [f"{other.id}-1"]
+    assert world.store.get_lineage(other.id).status is LineageStatus.RUNNING
+    assert world.store.get_lineage(mine.id).status is LineageStatus.RUNNING
+    with pytest.raises(InvalidState, match="TRAINBOT_BACKEND=sagemaker"):
+        world.service.stop(other.id, actor=ALICE)
