@@ -171,7 +171,9 @@ def build_tiny_bert(
     tok.decoder = decoders.WordPiece()
     tok.train_from_iterator(
         corpus if corpus is not None else default_corpus(seed),
-        trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=special, min_frequency=1),
+        trainers.WordPieceTrainer(
+            vocab_size=vocab_size, special_tokens=special, min_frequency=1, show_progress=False
+        ),
     )
     cls_id, sep_id = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
@@ -200,7 +202,15 @@ def build_tiny_bert(
         max_position_embeddings=512,
         pad_token_id=tok.token_to_id("[PAD]"),
     )
-    BertModel(config).save_pretrained(str(dest), safe_serialization=True)
+    # The bot builds this inside the console or CLI process: transformers' shard progress bar would
+    # land in the person's transcript.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    try:
+        BertModel(config).save_pretrained(str(dest), safe_serialization=True)
+    finally:
+        hf_logging.enable_progress_bar()
     return dest
 
 

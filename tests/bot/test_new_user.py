@@ -36,3 +36,16 @@ def test_a_relative_home_is_made_absolute(tmp_path: Path, monkeypatch) -> None: 
     settings = Settings()
     assert settings.trainbot_home == tmp_path.resolve() / ".trainbot"
     assert not settings.local_uses_hub
+
+
+def test_launch_prints_the_lineage_id_alone_even_on_first_use(tmp_path: Path) -> None:
+    # First use builds the tiny model in-process; none of that may reach stdout, which scripts read.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINBOT_", "SLACK_", "AWS_"))}
+    run = lambda *args: subprocess.run(  # noqa: E731
+        [str(TRAINBOT), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    launched = run("launch", "distilbert-spot")
+    assert launched.returncode == 0, launched.stderr
+    assert launched.stdout.count("\n") == 1 and launched.stdout.startswith("distilbert-spot-")
+    stopped = run("stop", launched.stdout.strip())
+    assert stopped.returncode == 0, stopped.stderr
