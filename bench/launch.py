@@ -14,9 +14,7 @@ Figures only; nothing here asserts on time.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -25,9 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from loopback_aws import BUCKET, ROLE_ARN, start_moto  # bench/ is the script's sys.path[0]
+
 ROOT = Path(__file__).resolve().parent.parent
-BUCKET = "bench-bucket"
-ROLE_ARN = "arn:aws:iam::123456789012:role/bench"
 PLAN_TEXT = "distilbert-spot"
 
 RSS_PROBE = r"""
@@ -50,36 +48,6 @@ print("torch" in sys.modules, "transformers" in sys.modules)
 # VmHWM, not ru_maxrss: after fork+exec, ru_maxrss still holds the parent's peak.
 print(next(line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")))
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start_moto() -> Any:
-    from moto.server import ThreadedMotoServer
-
-    # The SDK's config logger prints INFO lines to stdout on every estimator; keep the figures readable.
-    logging.getLogger("sagemaker.config").setLevel(logging.WARNING)
-    logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ.update(
-        AWS_ENDPOINT_URL=f"http://{host}:{port}",
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_CONFIG_FILE=os.devnull,
-        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-        SAGEMAKER_SUPPRESS_V2_WARNING="1",
-    )
-    import boto3
-
-    boto3.client("s3").create_bucket(Bucket=BUCKET)
-    return server
 
 
 class SendTimes:
@@ -136,7 +104,7 @@ def launch_overhead(runs: int) -> None:
     from jobs.grammar import parse_command
     from jobs.plan import build_plan
 
-    server = _start_moto()
+    server = start_moto()
     try:
         plan = build_plan(parse_command(PLAN_TEXT), bucket=BUCKET, lineage_id="bench")
         times = SendTimes()

@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
-import socket
 import sys
 import tempfile
 import time
@@ -28,42 +26,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from loopback_aws import BUCKET, ROLE_ARN, start_moto  # bench/ is the script's sys.path[0]
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-BUCKET = "bench-bucket"
-ROLE_NAME = "bench"
 PLAN_TEXT = "distilbert-spot"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _start_moto() -> Any:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    os.environ.update(
-        AWS_ENDPOINT_URL=f"http://{host}:{port}",
-        AWS_ACCESS_KEY_ID="bench",
-        AWS_SECRET_ACCESS_KEY="bench",
-        AWS_DEFAULT_REGION="us-east-1",
-        AWS_CONFIG_FILE=os.devnull,
-        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-        SAGEMAKER_SUPPRESS_V2_WARNING="1",
-    )
-    import boto3
-
-    boto3.client("s3").create_bucket(Bucket=BUCKET)
-    trust = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
-                                                     "Principal": {"Service": "sagemaker.amazonaws.com"}}]}
-    boto3.client("iam").create_role(RoleName=ROLE_NAME, AssumeRolePolicyDocument=json.dumps(trust))
-    return server
 
 
 class Requests:
@@ -160,8 +128,8 @@ def run(jobs: int) -> None:
     from jobs.watcher import Watcher
     from tests.support.moto_server import set_training_job_state
 
-    server = _start_moto()
-    role_arn = f"arn:aws:iam::123456789012:role/{ROLE_NAME}"
+    server = start_moto()
+    role_arn = ROLE_ARN
     try:
         with tempfile.TemporaryDirectory() as tmp:
             home = Path(tmp)
