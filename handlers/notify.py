@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 CARD_GRACE = timedelta(seconds=120)
 CARD_WAIT = timedelta(seconds=5)
 MAX_BACKOFF_SECONDS = 900.0
+#: How long a delivering process holds a notification; another bot process on the same store takes it
+#: over after that (a claimer that died drops nothing). Far longer than a post or an upload takes.
+CLAIM_SECONDS = 300.0
 PROGRESS_PREFIX = "notify:"
 _ICONS = {
     events.STATE: ":small_blue_diamond:",
@@ -46,7 +49,7 @@ class _NotYet(Exception):
 def deliver_due(services: Services, chat: Chat, *, limit: int = 20) -> int:
     """Deliver what is due; returns how many were delivered (the rest are deferred)."""
     delivered = 0
-    for notification in services.store.due_notifications(limit=limit):
+    for notification in services.store.due_notifications(limit=limit, claim_seconds=CLAIM_SECONDS):
         if deliver_one(services, chat, notification):
             delivered += 1
     return delivered

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, Engine, MetaData, and_, exists, func, insert, not_, select, update
@@ -368,29 +368,43 @@ class Store:
             return False
         return True
 
-    def due_notifications(self, *, limit: int = 20) -> list[Notification]:
-        """Undelivered messages whose next try is due, oldest first."""
+    def due_notifications(self, *, limit: int = 20, claim_seconds: float | None = None) -> list[Notification]:
+        """Undelivered messages whose next try is due, oldest first.
+
+        With `claim_seconds`, each returned message is claimed for that long (its next try moved on by a
+        guarded update), so two bot processes delivering from one store never post the same message; a
+        claimer that dies leaves it due again once the claim runs out, so nothing is dropped."""
+        now = self._now()
         query = (
             select(t_outbox)
-            .where(t_outbox.c.delivered_at.is_(None), t_outbox.c.next_try_at <= self._now())
+            .where(t_outbox.c.delivered_at.is_(None), t_outbox.c.next_try_at <= now)
             .order_by(t_outbox.c.next_try_at, t_outbox.c.id)
             .limit(limit)
         )
         with self._read() as conn:
-            return [
-                Notification(
-                    r.id,
-                    r.kind,
-                    r.lineage_id,
-                    r.channel,
-                    dict(r.payload),
-                    r.dedup_key,
-                    r.attempts,
-                    r.next_try_at,
-                    r.created_at,
-                )
-                for r in conn.execute(query)
-            ]
+            rows = conn.execute(query).all()
+        if claim_seconds is not None:
+            rows = [r for r in rows if self._claim(r.id, r.next_try_at, now + timedelta(seconds=claim_seconds))]
+        return [
+            Notification(
+                r.id, r.kind, r.lineage_id, r.channel, dict(r.payload), r.dedup_key, r.attempts,
+                r.next_try_at, r.created_at,
+            )
+            for r in rows
+        ]
+
+    def _claim(self, notification_id: int, seen_next_try: datetime, until: datetime) -> bool:
+        stmt = (
+            update(t_outbox)
+            .where(
+                t_outbox.c.id == notification_id,
+                t_outbox.c.delivered_at.is_(None),
+                t_outbox.c.next_try_at == seen_next_try,
+            )
+            .values(next_try_at=until)
+        )
+        with self._write() as conn:
+            return conn.execute(stmt).rowcount == 1
 
     def mark_delivered(self, notification_id: int) -> None:
         stmt = update(t_outbox).where(t_outbox.c.id == notification_id).values(delivered_at=self._now())

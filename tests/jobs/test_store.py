@@ -300,6 +300,22 @@ def test_outbox_dedups_defers_and_delivers(store: Store, clock: FakeClock) -> No
     assert not store.enqueue(kind="completed", payload={}, dedup_key="job-a:completed")
 
 
+def test_two_processes_delivering_from_one_store_never_both_get_a_message(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    first, second = Store(url, clock=clock), Store(url, clock=clock)
+    first.migrate()
+    first.enqueue(kind="state", payload={"text": "running"}, dedup_key="job-a:1:running")
+    assert [n.dedup_key for n in first.due_notifications(claim_seconds=300)] == ["job-a:1:running"]
+    assert second.due_notifications(claim_seconds=300) == []  # claimed by the first
+    clock.advance(301)  # the first died without delivering: its claim runs out, nothing is dropped
+    (retaken,) = second.due_notifications(claim_seconds=300)
+    second.mark_delivered(retaken.id)
+    clock.advance(301)
+    assert first.due_notifications(claim_seconds=300) == []
+
+
 def test_meta_get_and_set(store: Store) -> None:
     assert store.get_meta("watcher.last_poll") is None
     store.set_meta("watcher.last_poll", "a")
