@@ -375,5 +375,5 @@ def _safe_part(part: str) -> str:
 
 
 def _local_train_data(plan: LaunchPlan) -> bool:
-    value = getattr(plan.spec, "train_data", None)
+    value = plan.spec.train_data
     return isinstance(value, str) and "://" not in value and Path(value).expanduser().is_dir()

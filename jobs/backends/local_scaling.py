@@ -160,7 +160,7 @@ def _data(
     spec: Any, offline: bool, limits: LocalLimits, assets: LocalAssets | None, hps: dict[str, Any]
 ) -> tuple[Path | None, Path | None, str, list[str]]:
     """(train channel, test channel, label, notes). A local train_data folder always wins."""
-    own = _local_folder(getattr(spec, "train_data", None))
+    own = _local_folder(spec.train_data)
     if own is not None:
         train, test = (own / "train", own / "test") if (own / "train").is_dir() else (own, own)
         notes = [] if test != train else ["evaluated on its own training data"]
