@@ -307,7 +307,16 @@ def _runtime(settings: Settings, *, with_backend: bool = True, force_local: bool
 def _text(words: Sequence[str]) -> str:
     # The shell already split the words; join them back as a shell would quote them so the
     # Slack grammar sees exactly what the person meant (`hp.note="two words"` stays one token).
+    if len(words) == 1 and _is_whole_command(words[0]):
+        return words[0]
     return shlex.join(words)
+
+
+def _is_whole_command(word: str) -> bool:
+    """`trainbot plan "bert-squad spot=yes"`: the whole command as one argument, as typed in Slack. A
+    single key=value whose value has spaces (`"hp.note=two words"`) starts with a key, so it is not."""
+    parts = word.split()
+    return len(parts) > 1 and "=" not in parts[0]
 
 
 def _pop_flag(words: Sequence[str], flag: str) -> tuple[list[str], bool]:

@@ -60,3 +60,11 @@ def test_plan_json(tmp_path: Path) -> None:
     assert plan["estimator"]["use_spot_instances"] is True
     assert plan["estimator"]["max_wait"] == 3600
     assert all("usd" in key for key in plan["cost"])
+
+
+def test_the_whole_command_may_come_as_one_quoted_argument(tmp_path: Path) -> None:
+    words = trainbot("parse", "distilbert-spot", "epochs=2", "hp.note=two words", home=tmp_path)
+    whole = trainbot("parse", 'distilbert-spot epochs=2 hp.note="two words"', home=tmp_path)
+    assert words.returncode == whole.returncode == 0, whole.stderr
+    assert json.loads(words.stdout) == json.loads(whole.stdout)
+    assert json.loads(whole.stdout)["hyperparameters"]["note"] == "two words"
