@@ -71,9 +71,10 @@ def _parser() -> argparse.ArgumentParser:
         return cmd
 
     add("parse", _cmd_parse, "print the JobSpec of a /train command as JSON", text=True)
-    add("plan", _cmd_plan, "show what would be launched and what it costs (no network; --json for JSON)", text=True)
+    plan = add("plan", _cmd_plan, "show what would be launched and what it costs (no network)", text=True)
+    plan.add_argument("--json", action="store_true", help="one JSON object: spec, estimator arguments, cost")
     add("launch", _cmd_launch, "launch on the configured backend; prints the lineage id last", text=True)
-    jobs_cmd = add("jobs", _cmd_jobs, "list jobs (active ones first)")
+    jobs_cmd = add("jobs", _cmd_jobs, "list jobs, newest first")
     jobs_cmd.add_argument("--all", action="store_true", help="include ended jobs beyond the recent ones")
     status = add("status", _cmd_status, "the report of a job (lineage id or SageMaker job name)")
     status.add_argument("job")
@@ -137,7 +138,8 @@ def _cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.grammar import help_for
     from jobs.plan import render_plan_text
 
-    words, as_json = _pop_flag(args.text, "--json")
+    words, trailing_json = _pop_flag(args.text, "--json")  # `plan bert-squad --json` as well
+    as_json = args.json or trailing_json
     text = _text(words)
     help_text = help_for(text)
     if help_text is not None:

@@ -68,3 +68,10 @@ def test_the_whole_command_may_come_as_one_quoted_argument(tmp_path: Path) -> No
     assert words.returncode == whole.returncode == 0, whole.stderr
     assert json.loads(words.stdout) == json.loads(whole.stdout)
     assert json.loads(whole.stdout)["hyperparameters"]["note"] == "two words"
+
+
+def test_plan_json_flag_may_come_before_the_text(tmp_path: Path) -> None:
+    before = trainbot("plan", "--json", "distilbert-spot", home=tmp_path)
+    after = trainbot("plan", "distilbert-spot", "--json", home=tmp_path)
+    assert before.returncode == after.returncode == 0, before.stderr
+    assert json.loads(before.stdout)["spec"] == json.loads(after.stdout)["spec"]
