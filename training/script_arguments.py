@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 import compat
 
@@ -17,23 +17,25 @@ class UsageError(Exception):
     """Bad arguments or missing input: one line on stderr, exit 2."""
 
 
+# `Optional[X]`, not `X | None`: transformers 4.28's HfArgumentParser (the smdistributed containers')
+# cannot read PEP 604 unions and fails before the script starts.
 @dataclass
 class ScriptArguments:
     """Model and data arguments (the rest are the installed `TrainingArguments`)."""
 
-    model_name_or_path: str | None = field(default=None, metadata={"help": "hub id or local folder"})
-    tokenizer_name: str | None = field(default=None, metadata={"help": "defaults to the model's"})
-    dataset_name: str | None = field(default=None, metadata={"help": "used when no SM_CHANNEL_TRAIN is set"})
-    dataset_config_name: str | None = field(default=None)
-    max_seq_length: int | None = field(default=None, metadata={"help": "QA 384, classification 128"})
+    model_name_or_path: Optional[str] = field(default=None, metadata={"help": "hub id or local folder"})
+    tokenizer_name: Optional[str] = field(default=None, metadata={"help": "defaults to the model's"})
+    dataset_name: Optional[str] = field(default=None, metadata={"help": "used when no SM_CHANNEL_TRAIN is set"})
+    dataset_config_name: Optional[str] = field(default=None)
+    max_seq_length: Optional[int] = field(default=None, metadata={"help": "QA 384, classification 128"})
     doc_stride: int = field(default=128)
     max_answer_length: int = field(default=30)
     n_best_size: int = field(default=20)
     pad_to_max_length: bool = field(default=False, metadata={"help": "else dynamic padding per batch"})
-    max_train_samples: int | None = field(default=None)
-    max_eval_samples: int | None = field(default=None)
-    max_predict_samples: int | None = field(default=None)
-    num_labels: int | None = field(default=None, metadata={"help": "classification; else from the data"})
+    max_train_samples: Optional[int] = field(default=None)
+    max_eval_samples: Optional[int] = field(default=None)
+    max_predict_samples: Optional[int] = field(default=None)
+    num_labels: Optional[int] = field(default=None, metadata={"help": "classification; else from the data"})
     checkpoint_dir: str = field(default=DEFAULT_CHECKPOINT_DIR)
 
 
