@@ -3,7 +3,6 @@ from which job, who may, how endpoints are followed, asked, removed, and reporte
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -23,18 +22,6 @@ from tests.support.endpoints import LAUNCHER, FakeEndpoints, completed_lineage
 BOB = Actor("U_BOB", channel_id="C_ML", via="slack")
 ADMIN = Actor("U_ADMIN", channel_id="C_OPS", via="slack")
 QA = {"question": "What is the city?", "context": "the city is kalo ."}
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'trainbot.db'}", clock=clock)
-    s.migrate()
-    return s
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 import threading
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,18 +32,6 @@ ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 BOB = Actor("U_BOB", channel_id="C_ML", via="slack")
 ADMIN = Actor("U_ADMIN", channel_id="C_OTHER", via="slack")
 SPOT = "distilbert-spot"  # worst case $1.15 (1 x ml.p3.2xlarge spot, max_wait 1 h)
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock(datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc))
-
-
-@pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'trainbot.db'}", clock=clock)
-    s.migrate()
-    return s
 
 
 @pytest.fixture
