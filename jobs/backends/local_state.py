@@ -8,7 +8,6 @@ watcher) reads the same truth. The wrapper's `exit.json` is the only file writte
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -17,6 +16,8 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from jobs.backends.file_lock import exclusive_lock
 
 _DATETIME_FIELDS = {
     "created_at",
@@ -112,14 +113,8 @@ class JobFolder:
     @contextlib.contextmanager
     def locked(self) -> Iterator[None]:
         # The lock lives outside the job folder so a failed launch can remove the folder under it.
-        lock = self.root / ".locks" / f"{self.name}.lock"
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        with lock.open("a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
+        with exclusive_lock(self.root / ".locks" / f"{self.name}.lock"):
+            yield
 
     def load(self) -> JobState:
         return JobState.from_json(self.state_path.read_text())

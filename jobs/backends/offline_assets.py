@@ -10,17 +10,16 @@ inside the builders.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import logging
 import os
 import random
 import shutil
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from jobs.backends.file_lock import exclusive_lock
 
 logger = logging.getLogger(__name__)
 
@@ -252,17 +251,6 @@ def _layout(root: Path) -> LocalAssets:
     )
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def ensure_local_assets(home: Path, *, train_size: int = 2000, test_size: int = 300) -> LocalAssets:
     """Build the tiny model and channel folders once under `home/assets`; later calls reuse them.
 
@@ -273,7 +261,7 @@ def ensure_local_assets(home: Path, *, train_size: int = 2000, test_size: int = 
     final = base / ASSETS_VERSION
     if (final / "READY").exists():
         return _layout(final)
-    with _file_lock(base / ".lock"):
+    with exclusive_lock(base / ".lock"):
         if (final / "READY").exists():
             return _layout(final)
         staging = Path(tempfile.mkdtemp(prefix=f".{ASSETS_VERSION}-", dir=base))
