@@ -101,8 +101,8 @@ def _launchers(plan: Any, times: SendTimes) -> tuple[Callable[[str], None], Call
 
 
 def launch_overhead(runs: int) -> None:
-    from jobs.grammar import parse_command
-    from jobs.plan import build_plan
+    from jobs.planning.grammar import parse_command
+    from jobs.planning.plan import build_plan
 
     server = start_moto()
     try:

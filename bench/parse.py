@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from jobs.errors import SpecError  # noqa: E402
-from jobs.grammar import parse_command  # noqa: E402
-from jobs.plan import build_plan  # noqa: E402
-from jobs.pricing import check_job_budget  # noqa: E402
+from jobs.planning.grammar import parse_command  # noqa: E402
+from jobs.planning.plan import build_plan  # noqa: E402
+from jobs.planning.pricing import check_job_budget  # noqa: E402
 
 COMMANDS = [
     "/train bert-squad",

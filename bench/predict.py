@@ -35,7 +35,7 @@ from jobs.backends.local_endpoint_server import Predictor  # noqa: E402
 from jobs.backends.local_endpoints import LocalEndpoints  # noqa: E402
 from jobs.backends.offline_assets import ensure_local_assets  # noqa: E402
 from jobs.clock import SystemClock  # noqa: E402
-from jobs.endpoint_port import DeployRequest  # noqa: E402
+from jobs.endpoints.port import DeployRequest  # noqa: E402
 
 TARGET = 1.3
 

@@ -68,12 +68,12 @@ def _arrange(jobs: int, home: Path, role_arn: str) -> tuple[Any, Any, Any, Reque
     from jobs.backends.sagemaker import SageMakerBackend
     from jobs.backends.sagemaker_session import make_boto_session
     from jobs.clock import SystemClock
-    from jobs.grammar import parse_command
-    from jobs.plan import checkpoint_uri
+    from jobs.lifecycle.service import JobService
+    from jobs.planning.grammar import parse_command
+    from jobs.planning.plan import checkpoint_uri
     from jobs.records import Actor, AttemptStatus, LineageStatus
-    from jobs.service import JobService
     from jobs.settings import Settings
-    from jobs.store import Store
+    from jobs.store.store import Store
     from tests.support.moto_server import ago, set_training_job_state
 
     clock = SystemClock()
@@ -122,10 +122,10 @@ def _measure(requests: Requests, step: Any) -> tuple[Any, int, float]:
 
 def run(jobs: int) -> None:
     from jobs.clock import SystemClock
-    from jobs.grammar import parse_command
-    from jobs.plan import build_plan
+    from jobs.lifecycle.watcher import Watcher
+    from jobs.planning.grammar import parse_command
+    from jobs.planning.plan import build_plan
     from jobs.settings import Settings
-    from jobs.watcher import Watcher
     from tests.support.moto_server import set_training_job_state
 
     server = start_moto()

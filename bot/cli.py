@@ -122,7 +122,7 @@ def _add_schedule_commands(sub: argparse._SubParsersAction) -> None:  # type: ig
 
 
 def _cmd_parse(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.grammar import help_for, parse_command
+    from jobs.planning.grammar import help_for, parse_command
 
     text = _text(args.text)
     help_text = help_for(text)
@@ -135,8 +135,8 @@ def _cmd_parse(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.grammar import help_for
-    from jobs.plan import render_plan_text
+    from jobs.planning.grammar import help_for
+    from jobs.planning.plan import render_plan_text
 
     words, trailing_json = _pop_flag(args.text, "--json")  # `plan bert-squad --json` as well
     as_json = args.json or trailing_json
@@ -184,7 +184,7 @@ def _cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.reports import build_report
+    from jobs.reporting.reports import build_report
 
     runtime = _runtime(settings)
     lineage = runtime.jobs.get(args.job)

@@ -36,9 +36,9 @@ from bot.console_jobs import JobTicker, session_lineages
 from handlers import router
 from handlers.context import CommandContext, Services
 from jobs.errors import TrainbotError
+from jobs.lifecycle.watcher import Watcher
 from jobs.records import Actor, LineageStatus
-from jobs.store import Lineage
-from jobs.watcher import Watcher
+from jobs.store.store import Lineage
 
 if TYPE_CHECKING:
     from bot.wiring import Runtime

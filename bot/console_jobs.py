@@ -22,7 +22,7 @@ from typing import Any
 from bot import console_render as render
 from jobs.errors import TrainbotError
 from jobs.records import Actor
-from jobs.store import Lineage, Store
+from jobs.store.store import Lineage, Store
 
 log = logging.getLogger(__name__)
 

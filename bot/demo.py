@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, TextIO
 from bot import console_render as render
 from bot.console import Console, tune_for_terminal
 from bot.console_chat import Screen
-from jobs.pricing import estimate, usd
+from jobs.planning.pricing import estimate, usd
 from jobs.records import LineageStatus
-from jobs.reports import JobReport, build_report
+from jobs.reporting.reports import JobReport, build_report
 
 if TYPE_CHECKING:
     from bot.wiring import Runtime

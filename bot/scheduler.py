@@ -29,9 +29,9 @@ from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
 from jobs.errors import ScheduleError
-from jobs.schedules import ScheduleService, scheduler_lease
+from jobs.schedules.service import ScheduleService, scheduler_lease
 from jobs.settings import Settings
-from jobs.store_schema import write_transaction
+from jobs.store.schema import write_transaction
 
 if TYPE_CHECKING:
     from bot.wiring import Runtime

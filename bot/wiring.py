@@ -16,16 +16,16 @@ from typing import TYPE_CHECKING, Any
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock, SystemClock
 from jobs.errors import ConfigError
-from jobs.service import JobService
+from jobs.lifecycle.service import JobService
+from jobs.lifecycle.watcher import Watcher
 from jobs.settings import Settings
-from jobs.store import Store
-from jobs.watcher import Watcher
+from jobs.store.store import Store
 
 if TYPE_CHECKING:
     from handlers.chat import Chat
     from handlers.context import Services
-    from jobs.endpoint_port import EndpointBackend
-    from jobs.endpoints import EndpointService
+    from jobs.endpoints.port import EndpointBackend
+    from jobs.endpoints.service import EndpointService
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +202,7 @@ def _build_schedules(runtime: Runtime) -> Any:
 def _build_endpoints(runtime: Runtime) -> EndpointService | None:
     """Endpoints live where the models were trained: local processes for local jobs, SageMaker for
     SageMaker jobs; a backend of any other kind (a test double) has none."""
-    from jobs.endpoints import EndpointService
+    from jobs.endpoints.service import EndpointService
 
     backend: EndpointBackend
     if runtime.backend.name == "local":

@@ -10,9 +10,9 @@ from typing import Any
 
 from handlers import blocks as bk
 from handlers import texts
-from jobs.pricing import CostEstimate, cost_of, usd
-from jobs.spec import JobSpec
-from jobs.store import Attempt, Lineage
+from jobs.planning.pricing import CostEstimate, cost_of, usd
+from jobs.planning.spec import JobSpec
+from jobs.store.store import Attempt, Lineage
 
 ACTION_LAUNCH = "train.launch"
 ACTION_EDIT = "train.edit"
@@ -199,7 +199,7 @@ def job_detail(lineage: Lineage) -> tuple[str, list[bk.Block]]:
 
 
 def report_blocks(lineage_id: str, report: dict[str, Any], summary: str) -> list[bk.Block]:
-    """The final report (jobs.reports.JobReport JSON): metrics, cost and savings, console links."""
+    """The final report (jobs.reporting.reports.JobReport JSON): metrics, cost and savings, console links."""
     body: list[bk.Block] = [bk.header(texts.REPORT_TITLE.format(lineage=lineage_id)), bk.section(bk.escape(summary))]
     headline = report.get("headline") or {}
     metrics = report.get("metrics") or {}

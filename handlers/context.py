@@ -14,10 +14,10 @@ from jobs.settings import Settings
 
 if TYPE_CHECKING:
     from jobs.backend import TrainingBackend
-    from jobs.endpoints import EndpointService
-    from jobs.schedules import ScheduleService
-    from jobs.service import JobService
-    from jobs.store import Store
+    from jobs.endpoints.service import EndpointService
+    from jobs.lifecycle.service import JobService
+    from jobs.schedules.service import ScheduleService
+    from jobs.store.store import Store
 
 
 class RequestGuard:

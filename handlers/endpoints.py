@@ -16,11 +16,11 @@ from handlers import blocks as bk
 from handlers import texts
 from handlers.chat import ChatUnavailable, Reply
 from handlers.context import CommandContext
-from jobs import endpoint_texts
-from jobs.endpoints import DeployPlan
+from jobs.endpoints import texts as endpoint_texts
+from jobs.endpoints.service import DeployPlan
 from jobs.errors import BadInput, TrainbotError
-from jobs.grammar import normalize_slack_text
-from jobs.pricing import hourly_usd, usd
+from jobs.planning.grammar import normalize_slack_text
+from jobs.planning.pricing import hourly_usd, usd
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from handlers import cards, texts
 from handlers.chat import ChatUnavailable, Reply
 from handlers.context import CommandContext
 from jobs.errors import InvalidState, TrainbotError
-from jobs.store import Lineage
+from jobs.store.store import Lineage
 
 log = logging.getLogger(__name__)
 

@@ -17,9 +17,9 @@ from handlers import blocks as bk
 from handlers import cards, texts
 from handlers.chat import Chat, ChatUnavailable
 from handlers.context import Services
-from jobs import events
 from jobs.errors import NotFound
-from jobs.store import Lineage, Notification
+from jobs.lifecycle import events
+from jobs.store.store import Lineage, Notification
 
 log = logging.getLogger(__name__)
 

@@ -6,13 +6,12 @@ one-sentence (ephemeral) reply; refusals are audited here; nothing else ever rea
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from handlers import blocks as bk
-from handlers import cards, jobs, texts, train
+from handlers import cards, endpoints, jobs, schedule, texts, train
 from handlers.chat import Reply
 from handlers.context import CommandContext
 from jobs.errors import PermissionDenied, TrainbotError
@@ -23,38 +22,15 @@ CommandHandler = Callable[[CommandContext, str], Reply]
 ActionHandler = Callable[[CommandContext, str], "Reply | None"]
 SubmissionHandler = Callable[[CommandContext, dict[str, str]], Reply]
 
-# Handlers owned by other issues, looked up when called so this table never breaks on their absence.
-_LATE_COMMANDS = {
-    "deploy": ("handlers.endpoints", "handle_deploy", "Deploying"),
-    "predict": ("handlers.endpoints", "handle_predict", "Predicting"),
-    "undeploy": ("handlers.endpoints", "handle_undeploy", "Undeploying"),
-    "schedule": ("handlers.schedule", "handle_schedule", "Scheduling"),
-}
-
-
-def _late(module: str, name: str, feature: str) -> CommandHandler:
-    def call(ctx: CommandContext, text: str) -> Reply:
-        try:
-            handler = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            return Reply(text=texts.NOT_AVAILABLE.format(feature=feature))
-        reply: Reply = handler(ctx, text)
-        return reply
-
-    return call
-
-
-def _on_deploy(ctx: CommandContext, value: str) -> Reply | None:
-    """The card's Deploy button (handlers.endpoints.on_deploy; its value is the lineage id)."""
-    return _late("handlers.endpoints", "on_deploy", "Deploying")(ctx, value)
-
-
 COMMANDS: dict[str, CommandHandler] = {
     "train": train.handle_train,
     "jobs": jobs.handle_jobs,
     "job": jobs.handle_job,
     "stop": jobs.handle_stop,
-    **{name: _late(*target) for name, target in _LATE_COMMANDS.items()},
+    "deploy": endpoints.handle_deploy,
+    "predict": endpoints.handle_predict,
+    "undeploy": endpoints.handle_undeploy,
+    "schedule": schedule.handle_schedule,
 }
 
 ACTIONS: dict[str, ActionHandler] = {
@@ -62,7 +38,7 @@ ACTIONS: dict[str, ActionHandler] = {
     cards.ACTION_EDIT: train.on_edit,
     cards.ACTION_CANCEL: train.on_cancel,
     cards.ACTION_STOP: jobs.on_stop,
-    cards.ACTION_DEPLOY: _on_deploy,
+    cards.ACTION_DEPLOY: endpoints.on_deploy,
 }
 
 SUBMISSIONS: dict[str, SubmissionHandler] = {

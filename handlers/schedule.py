@@ -8,7 +8,7 @@ from handlers import blocks as bk
 from handlers.chat import ChatUnavailable, Reply
 from handlers.context import CommandContext
 from jobs.errors import TrainbotError
-from jobs.schedules import ScheduleService
+from jobs.schedules.service import ScheduleService
 
 log = logging.getLogger(__name__)
 

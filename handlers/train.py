@@ -19,9 +19,9 @@ from handlers import cards, texts
 from handlers.chat import ChatUnavailable, ModalChat, Reply
 from handlers.context import CommandContext
 from jobs.errors import BadInput, SpecError, TrainbotError
-from jobs.grammar import general_help, help_for, keys, tokenize
-from jobs.pricing import spot_discount
-from jobs.spec import JobSpec
+from jobs.planning.grammar import general_help, help_for, keys, tokenize
+from jobs.planning.pricing import spot_discount
+from jobs.planning.spec import JobSpec
 
 log = logging.getLogger(__name__)
 

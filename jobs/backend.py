@@ -1,6 +1,6 @@
 """The port every training backend implements: SageMaker, the local runner, test doubles.
 
-Backends translate; they decide nothing. Recovery decisions live in `jobs.recovery`.
+Backends translate; they decide nothing. Recovery decisions live in `jobs.lifecycle.recovery`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from jobs.records import JobSummary, MetricSeries, RemoteJob
 
 if TYPE_CHECKING:
-    from jobs.plan import LaunchPlan
+    from jobs.planning.plan import LaunchPlan
 
 
 class TrainingBackend(Protocol):

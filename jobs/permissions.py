@@ -18,7 +18,7 @@ from jobs.records import Actor
 from jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from jobs.store import Lineage
+    from jobs.store.store import Lineage
 
 log = logging.getLogger(__name__)
 

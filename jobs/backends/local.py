@@ -33,7 +33,7 @@ from jobs.errors import BackendError, BadInput, InvalidState, NotFound
 from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
-    from jobs.plan import LaunchPlan
+    from jobs.planning.plan import LaunchPlan
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from typing import Any
 from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
 from jobs.backends.local_state import tail_lines
 from jobs.clock import Clock
-from jobs.endpoint_port import DeployRequest, EndpointAccess, RemoteEndpoint
+from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint
 from jobs.errors import BackendError, BadInput, NotFound
 
 logger = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.backends.offline_assets import LocalAssets
 
 if TYPE_CHECKING:
-    from jobs.plan import LaunchPlan
+    from jobs.planning.plan import LaunchPlan
 
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _DISTRIBUTED = ("data", "ddp", "model")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from jobs.backends import local_state
 from jobs.backends.local_state import JobFolder, JobState
-from jobs.plan import parse_metric_line
+from jobs.planning.plan import parse_metric_line
 from jobs.records import MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
 
 #: What training/ prints when it picks a checkpoint up (the step is the checkpoint folder's number).

@@ -41,7 +41,7 @@ from jobs.records import JobSummary, MetricPoint, MetricSeries, RemoteJob, Remot
 from jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from jobs.plan import LaunchPlan
+    from jobs.planning.plan import LaunchPlan
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""SageMaker hosting for `jobs.endpoint_port.EndpointBackend`: the SDK's `HuggingFaceModel` deployed with
+"""SageMaker hosting for `jobs.endpoints.port.EndpointBackend`: the SDK's `HuggingFaceModel` deployed with
 `wait=False` (real-time instances or serverless inference), read back and removed with plain boto3 calls,
 asked through sagemaker-runtime with the Hugging Face inference toolkit's JSON (``{"inputs": ...}``).
 
@@ -27,7 +27,7 @@ from jobs.backends.sagemaker_session import (
     quiet_sdk_import,
     remember_valid_configs,
 )
-from jobs.endpoint_port import DeployRequest, EndpointAccess, RemoteEndpoint
+from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint
 from jobs.errors import BackendError, ConfigError, NotFound
 from jobs.settings import Settings
 

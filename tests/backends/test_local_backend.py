@@ -22,8 +22,8 @@ from jobs.backends.local_scaling import LocalLimits, script_arguments
 from jobs.backends.offline_assets import ensure_local_assets
 from jobs.clock import FakeClock, SystemClock
 from jobs.errors import BadInput, InvalidState, NotFound
-from jobs.grammar import parse_command
-from jobs.plan import LaunchPlan, build_plan
+from jobs.planning.grammar import parse_command
+from jobs.planning.plan import LaunchPlan, build_plan
 from jobs.records import RemoteJob, RemoteStatus
 
 JOB_TIMEOUT_S = 150

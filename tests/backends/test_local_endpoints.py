@@ -20,14 +20,14 @@ from jobs.backends.local_endpoints import LocalEndpoints
 from jobs.backends.local_scaling import LocalLimits
 from jobs.backends.offline_assets import ensure_local_assets
 from jobs.clock import SystemClock
-from jobs.endpoint_port import DeployRequest, EndpointStatus
-from jobs.endpoints import EndpointService
+from jobs.endpoints.port import DeployRequest, EndpointStatus
+from jobs.endpoints.service import EndpointService
 from jobs.errors import BadInput, NotFound
+from jobs.lifecycle.service import JobService
+from jobs.lifecycle.watcher import Watcher
 from jobs.records import Actor, LineageStatus, RemoteStatus
-from jobs.service import JobService
 from jobs.settings import Settings
-from jobs.store import Store
-from jobs.watcher import Watcher
+from jobs.store.store import Store
 
 pytestmark = pytest.mark.timeout(150)
 

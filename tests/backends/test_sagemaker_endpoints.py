@@ -21,14 +21,14 @@ from moto.backends import get_backend
 
 from jobs.backends.sagemaker_endpoints import SageMakerEndpoints, remember_valid_configs
 from jobs.clock import FakeClock
-from jobs.endpoint_port import EndpointStatus
-from jobs.endpoints import EndpointService
+from jobs.endpoints.port import EndpointStatus
+from jobs.endpoints.service import EndpointService
 from jobs.errors import ConfigError
+from jobs.lifecycle.service import JobService
+from jobs.lifecycle.watcher import Watcher
 from jobs.records import Actor, LineageStatus
-from jobs.service import JobService
 from jobs.settings import Settings
-from jobs.store import Store
-from jobs.watcher import Watcher
+from jobs.store.store import Store
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
     ACCOUNT_ID,
     REGION,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from jobs.plan import METRIC_DEFINITIONS, checkpoint_uri
+from jobs.planning.plan import METRIC_DEFINITIONS, checkpoint_uri
 from tests.support.moto_server import (
     CallRecorder,
     MotoAws,

@@ -12,8 +12,8 @@ from bot.console_chat import ConsoleChat, Screen
 from handlers import blocks as bk
 from handlers import cards
 from handlers.chat import Reply
-from jobs.grammar import parse_command
-from jobs.pricing import estimate
+from jobs.planning.grammar import parse_command
+from jobs.planning.pricing import estimate
 
 
 @pytest.mark.parametrize(

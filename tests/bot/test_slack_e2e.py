@@ -19,9 +19,9 @@ from bot.wiring import Runtime, build_runtime
 from handlers import cards
 from handlers.blocks import buttons_in
 from handlers.notify import deliver_due
-from jobs.plan import checkpoint_uri
+from jobs.planning.plan import checkpoint_uri
 from jobs.settings import Settings
-from jobs.store_schema import outbox
+from jobs.store.schema import outbox
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
     BUCKET,
     ROLE_ARN,

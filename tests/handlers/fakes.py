@@ -11,10 +11,10 @@ from typing import Any
 from handlers.chat import ChatUnavailable
 from handlers.context import CommandContext, Services
 from jobs.clock import FakeClock
+from jobs.lifecycle.service import JobService
 from jobs.records import Actor
-from jobs.service import JobService
 from jobs.settings import Settings
-from jobs.store import Store
+from jobs.store.store import Store
 from tests.jobs.fakes import ScriptedBackend
 
 CHANNEL = "C_ML"

@@ -9,8 +9,8 @@ import pytest
 
 from handlers import blocks as bk
 from handlers import cards
-from jobs.grammar import parse_command
-from jobs.pricing import estimate
+from jobs.planning.grammar import parse_command
+from jobs.planning.pricing import estimate
 from jobs.records import Actor
 from tests.handlers.fakes import make_world, walk_limits
 

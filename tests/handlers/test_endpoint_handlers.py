@@ -12,8 +12,8 @@ import pytest
 from handlers import cards, endpoints, router
 from handlers.chat import Reply
 from handlers.context import CommandContext
-from jobs.endpoint_port import EndpointStatus
-from jobs.endpoints import EndpointService
+from jobs.endpoints.port import EndpointStatus
+from jobs.endpoints.service import EndpointService
 from jobs.errors import BackendError, InvalidState
 from jobs.records import Actor, LineageStatus
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, Deferred, World, make_world, walk_limits

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from handlers.notify import deliver_due
-from jobs import events
-from jobs.store import Lineage
+from jobs.lifecycle import events
+from jobs.store.store import Lineage
 from tests.handlers.fakes import ALICE, CHANNEL, World, make_world, walk_limits
 
 CARD_TS = "77.0001"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from jobs.clock import FakeClock
-from jobs.store import Store
+from jobs.store.store import Store
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from jobs.errors import NotFound
 from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
-    from jobs.plan import LaunchPlan
+    from jobs.planning.plan import LaunchPlan
 
 
 @dataclass(frozen=True)

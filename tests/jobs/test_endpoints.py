@@ -7,16 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from jobs import versions
 from jobs.clock import FakeClock
-from jobs.endpoint_options import DEFAULT_INSTANCE_TYPE, choose_framework, normalize_answer, parse_options
-from jobs.endpoint_port import EndpointStatus, Framework
-from jobs.endpoints import EndpointService
+from jobs.endpoints.options import DEFAULT_INSTANCE_TYPE, choose_framework, normalize_answer, parse_options
+from jobs.endpoints.port import EndpointStatus, Framework
+from jobs.endpoints.service import EndpointService
 from jobs.errors import BackendError, BadInput, InvalidState, NotFound, PermissionDenied
-from jobs.pricing import hourly_usd
+from jobs.planning import versions
+from jobs.planning.pricing import hourly_usd
 from jobs.records import Actor, LineageStatus
 from jobs.settings import Settings
-from jobs.store import Notification, Store
+from jobs.store.store import Notification, Store
 from tests.support.endpoints import LAUNCHER, FakeEndpoints, completed_lineage
 
 BOB = Actor("U_BOB", channel_id="C_ML", via="slack")

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from jobs.errors import SpecError
-from jobs.grammar import help_for, normalize_slack_text, parse_command, parse_duration, tokenize
+from jobs.planning.grammar import help_for, normalize_slack_text, parse_command, parse_duration, tokenize
 
 BASE = "model=bert-base-uncased dataset=squad"
 

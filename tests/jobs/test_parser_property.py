@@ -9,11 +9,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs.errors import SpecError
-from jobs.grammar import help_for, keys, parse_command
-from jobs.instances import instance_names
-from jobs.plan import build_plan
-from jobs.presets import PRESETS
-from jobs.spec import JobSpec
+from jobs.planning.grammar import help_for, keys, parse_command
+from jobs.planning.instances import instance_names
+from jobs.planning.plan import build_plan
+from jobs.planning.presets import PRESETS
+from jobs.planning.spec import JobSpec
 
 KEY_WORDS = sorted(keys()) + ["hp.seed", "hp.optim", "hp.2x", "hp.", "mp.", "MAX_RUN", "--spot", "\u2014instances", "x"]
 VALUES = [

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from jobs.grammar import parse_command
-from jobs.plan import (
+from jobs.planning.grammar import parse_command
+from jobs.planning.plan import (
     ENTRY_POINTS,
     METRIC_DEFINITIONS,
     METRIC_NAMES,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.grammar import parse_command
-from jobs.presets import PRESETS, preset_fields, preset_names
-from jobs.spec import spec_from_fields
+from jobs.planning.grammar import parse_command
+from jobs.planning.presets import PRESETS, preset_fields, preset_names
+from jobs.planning.spec import spec_from_fields
 
 
 def test_names() -> None:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jobs.errors import BudgetExceeded, SpecError
-from jobs.grammar import parse_command
-from jobs.instances import instance_names
-from jobs.pricing import check_job_budget, cost_of, estimate, hourly_usd, price_table, spot_discount
+from jobs.planning.grammar import parse_command
+from jobs.planning.instances import instance_names
+from jobs.planning.pricing import check_job_budget, cost_of, estimate, hourly_usd, price_table, spot_discount
 
 
 def test_the_price_file_names_its_source_and_date() -> None:

@@ -8,10 +8,8 @@ from typing import Any
 
 import pytest
 
-from jobs import events
-from jobs.grammar import parse_command
-from jobs.records import AttemptStatus, LineageStatus, RemoteJob, RemoteStatus
-from jobs.recovery import (
+from jobs.lifecycle import events
+from jobs.lifecycle.recovery import (
     LAUNCH_LOST,
     GiveUp,
     Nothing,
@@ -22,8 +20,10 @@ from jobs.recovery import (
     decide,
     remote_from_attempt,
 )
+from jobs.planning.grammar import parse_command
+from jobs.records import AttemptStatus, LineageStatus, RemoteJob, RemoteStatus
 from jobs.settings import Settings
-from jobs.store import Attempt, Lineage
+from jobs.store.store import Attempt, Lineage
 
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 POLICY = RecoveryPolicy(backoff_seconds=30, max_restarts=5)

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from jobs import events, pricing
-from jobs.grammar import parse_command
-from jobs.plots import plot_lineage, plot_series
+from jobs.lifecycle import events
+from jobs.planning import pricing
+from jobs.planning.grammar import parse_command
 from jobs.records import AttemptStatus, LineageStatus, MetricPoint
-from jobs.reports import build_report, spot_savings
-from jobs.store import Attempt, Lineage
+from jobs.reporting.plots import plot_lineage, plot_series
+from jobs.reporting.reports import build_report, spot_savings
+from jobs.store.store import Attempt, Lineage
 from tests.jobs.fakes import ScriptedBackend
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)

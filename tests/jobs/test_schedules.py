@@ -13,11 +13,11 @@ import pytest
 from bot.scheduler import ApsCronCalendar
 from jobs.clock import FakeClock
 from jobs.errors import InvalidState, NotFound, PermissionDenied, ScheduleError, SpecError
+from jobs.lifecycle.service import JobService
 from jobs.records import Actor, AttemptStatus, LineageStatus
-from jobs.schedules import ScheduleService, parse_add_text
-from jobs.service import JobService
+from jobs.schedules.service import ScheduleService, parse_add_text
 from jobs.settings import Settings
-from jobs.store import Lineage, Store
+from jobs.store.store import Lineage, Store
 from tests.jobs.fakes import ScriptedBackend
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")

@@ -20,12 +20,12 @@ from jobs.errors import (
     SpecError,
     TrainbotError,
 )
-from jobs.grammar import parse_command
-from jobs.plan import LINEAGE_PLACEHOLDER
+from jobs.lifecycle.service import JobService, default_lineage_id
+from jobs.planning.grammar import parse_command
+from jobs.planning.plan import LINEAGE_PLACEHOLDER
 from jobs.records import Actor, AttemptStatus, LineageStatus
-from jobs.service import JobService, default_lineage_id
 from jobs.settings import Settings
-from jobs.store import Lineage, Store
+from jobs.store.store import Lineage, Store
 from tests.jobs.fakes import ScriptedBackend
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")

@@ -9,10 +9,10 @@ from typing import Any
 import pydantic
 import pytest
 
-from jobs import versions
 from jobs.errors import BadInput, SpecError
-from jobs.instances import fallback_types, instance_info, instance_names
-from jobs.spec import JobSpec, dataset_hyperparameters, spec_from_fields
+from jobs.planning import versions
+from jobs.planning.instances import fallback_types, instance_info, instance_names
+from jobs.planning.spec import JobSpec, dataset_hyperparameters, spec_from_fields
 
 CONTRACT_FIELDS = [
     "task", "model", "dataset", "instance_type", "instance_count", "distribution", "spot", "max_run",
@@ -223,8 +223,8 @@ class TestVersions:
 
     def test_sagemaker_is_never_imported(self) -> None:
         code = (
-            "import sys; from jobs.grammar import parse_command; from jobs.plan import build_plan; "
-            "from jobs.versions import inference_supported; inference_supported('4.28.1', '2.0.0'); "
+            "import sys; from jobs.planning.grammar import parse_command; from jobs.planning.plan import build_plan; "
+            "from jobs.planning.versions import inference_supported; inference_supported('4.28.1', '2.0.0'); "
             "build_plan(parse_command('bert-squad'), bucket='', lineage_id='x'); "
             "bad = [m for m in sys.modules if m.split('.')[0] in "
             "('sagemaker', 'boto3', 'botocore', 'slack_bolt', 'slack_sdk', 'apscheduler', 'torch')]; "

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Column, Integer, String, Table, inspect, select
 
-from jobs import store_schema
 from jobs.clock import FakeClock
 from jobs.errors import NotFound
-from jobs.presets import preset_fields
+from jobs.planning.presets import preset_fields
+from jobs.planning.spec import JobSpec, spec_from_fields
 from jobs.records import Actor, AttemptStatus, LineageStatus
-from jobs.spec import JobSpec, spec_from_fields
-from jobs.store import DuplicateLineage, Store
+from jobs.store import schema as store_schema
+from jobs.store.store import DuplicateLineage, Store
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 

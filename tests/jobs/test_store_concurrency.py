@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from jobs.clock import FakeClock, SystemClock
-from jobs.presets import preset_fields
+from jobs.planning.presets import preset_fields
+from jobs.planning.spec import spec_from_fields
 from jobs.records import Actor, AttemptStatus, LineageStatus
-from jobs.spec import spec_from_fields
-from jobs.store import Store
+from jobs.store.store import Store
 
 ROUNDS_THREADS = 60
 ROUNDS_PROCESSES = 40

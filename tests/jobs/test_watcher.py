@@ -15,15 +15,16 @@ from typing import Any
 
 import pytest
 
-from jobs import events, pricing
 from jobs.clock import FakeClock
 from jobs.errors import BackendError, BackendUnavailable, CapacityError, InvalidState
-from jobs.grammar import parse_command
+from jobs.lifecycle import events
+from jobs.lifecycle.service import JobService
+from jobs.lifecycle.watcher import Watcher, cursor_key
+from jobs.planning import pricing
+from jobs.planning.grammar import parse_command
 from jobs.records import Actor, AttemptStatus, LineageStatus, MetricPoint, RemoteStatus
-from jobs.service import JobService
 from jobs.settings import Settings
-from jobs.store import Lineage, Store
-from jobs.watcher import Watcher, cursor_key
+from jobs.store.store import Lineage, Store
 from tests.jobs.fakes import ScriptedBackend
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")

@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from jobs import events
 from jobs.clock import FakeClock
+from jobs.lifecycle import events
+from jobs.lifecycle.service import JobService
+from jobs.lifecycle.watcher import Watcher
 from jobs.records import Actor, AttemptStatus, LineageStatus
-from jobs.service import JobService
 from jobs.settings import Settings
-from jobs.store import Store
-from jobs.watcher import Watcher
+from jobs.store.store import Store
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
     CallRecorder,
     MotoAws,

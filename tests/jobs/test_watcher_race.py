@@ -16,9 +16,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jobs import events
 from jobs.clock import SystemClock
 from jobs.errors import NotFound
+from jobs.lifecycle import events
+from jobs.lifecycle.service import JobService
+from jobs.lifecycle.watcher import Watcher
 from jobs.records import (
     Actor,
     AttemptStatus,
@@ -28,10 +30,8 @@ from jobs.records import (
     RemoteJob,
     RemoteStatus,
 )
-from jobs.service import JobService
 from jobs.settings import Settings
-from jobs.store import Store
-from jobs.watcher import Watcher
+from jobs.store.store import Store
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 LINEAGES = 4

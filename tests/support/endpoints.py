@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.endpoint_port import DeployRequest, EndpointAccess, RemoteEndpoint
+from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint
 from jobs.errors import NotFound
-from jobs.grammar import parse_command
+from jobs.planning.grammar import parse_command
 from jobs.records import Actor, AttemptStatus, LineageStatus
-from jobs.store import Lineage, Store
+from jobs.store.store import Lineage, Store
 
 LAUNCHER = Actor("U_ALICE", channel_id="C_ML", via="slack")
 

@@ -319,8 +319,8 @@ def sagemaker_backend(aws: MotoAws, session: boto3.Session | None = None, **kwar
 
 def plan_for(text: str, lineage_id: str, *, bucket: str = BUCKET) -> Any:
     """The LaunchPlan the bot would build for `/train TEXT` in lineage `lineage_id`."""
-    from jobs.grammar import parse_command
-    from jobs.plan import build_plan
+    from jobs.planning.grammar import parse_command
+    from jobs.planning.plan import build_plan
 
     return build_plan(
         parse_command(text), bucket=bucket, lineage_id=lineage_id, launched_by="U1", origin="cli"

@@ -13,7 +13,7 @@ import data_channels
 import pytest
 import qa_postprocess
 
-from jobs.plan import METRIC_DEFINITIONS, parse_metric_line
+from jobs.planning.plan import METRIC_DEFINITIONS, parse_metric_line
 from tests.training.conftest import CLS_FAST, QA_FAST, run_script, script_env
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jobs.endpoint_port import EndpointAccess
+from jobs.endpoints.port import EndpointAccess
 
 ENDPOINT_READY = "endpoint_ready"  # the endpoint answers: links and snippets
 ENDPOINT_FAILED = "endpoint_failed"  # the backend could not bring it up

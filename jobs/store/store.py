@@ -19,17 +19,17 @@ from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
 from jobs.errors import InvalidState, NotFound
+from jobs.planning.spec import JobSpec
 from jobs.records import Actor, AttemptStatus, LineageStatus
-from jobs.spec import JobSpec
-from jobs.store_records import Attempt, AuditEntry, Lineage, Notification, to_attempt, to_lineage
-from jobs.store_schema import attempts as t_attempts
-from jobs.store_schema import audit as t_audit
-from jobs.store_schema import lineages as t_lineages
-from jobs.store_schema import make_engine, migrations, read_transaction, write_transaction
-from jobs.store_schema import meta as t_meta
-from jobs.store_schema import metadata as _metadata
-from jobs.store_schema import outbox as t_outbox
-from jobs.store_schema import schema_version as t_version
+from jobs.store.rows import Attempt, AuditEntry, Lineage, Notification, to_attempt, to_lineage
+from jobs.store.schema import attempts as t_attempts
+from jobs.store.schema import audit as t_audit
+from jobs.store.schema import lineages as t_lineages
+from jobs.store.schema import make_engine, migrations, read_transaction, write_transaction
+from jobs.store.schema import meta as t_meta
+from jobs.store.schema import metadata as _metadata
+from jobs.store.schema import outbox as t_outbox
+from jobs.store.schema import schema_version as t_version
 
 log = logging.getLogger(__name__)
 

@@ -13,10 +13,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jobs import pricing
-from jobs.instances import instance_info
-from jobs.pricing import CostEstimate, usd
-from jobs.spec import JobSpec, dataset_hyperparameters
+from jobs.planning import pricing
+from jobs.planning.instances import instance_info
+from jobs.planning.pricing import CostEstimate, usd
+from jobs.planning.spec import JobSpec, dataset_hyperparameters
 
 ENTRY_POINTS = {"question-answering": "train_qa.py", "text-classification": "train_classification.py"}
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
@@ -76,7 +76,7 @@ def training_source_dir() -> str:
     except (ImportError, ValueError):
         spec = None
     locations = list(spec.submodule_search_locations or []) if spec else []
-    folder = Path(locations[0]) if locations else Path(__file__).resolve().parent.parent / "training"
+    folder = Path(locations[0]) if locations else Path(__file__).resolve().parents[2] / "training"
     return str(folder.resolve())
 
 

@@ -21,17 +21,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from jobs import events
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock
 from jobs.errors import BackendError, NotFound
-from jobs.plan import LaunchPlan
+from jobs.lifecycle import events
+from jobs.lifecycle.controller import CycleResult, Settler, change_key
+from jobs.lifecycle.recovery import LAUNCH_LOST, Notify, RecoveryPolicy, decide
+from jobs.lifecycle.service import JobService
+from jobs.planning.plan import LaunchPlan
 from jobs.records import AttemptStatus, JobSummary, LineageStatus, MetricSeries, RemoteJob, RemoteStatus
-from jobs.recovery import LAUNCH_LOST, Notify, RecoveryPolicy, decide
-from jobs.service import JobService
 from jobs.settings import Settings
-from jobs.settle import CycleResult, Settler, change_key
-from jobs.store import Attempt, Store
+from jobs.store.store import Attempt, Store
 
 __all__ = ["CycleResult", "Watcher", "cursor_key"]
 

@@ -15,9 +15,9 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
-from jobs import endpoint_texts as texts
 from jobs.clock import Clock
-from jobs.endpoint_options import (
+from jobs.endpoints import texts as texts
+from jobs.endpoints.options import (
     check_name,
     choose_framework,
     default_name,
@@ -26,14 +26,14 @@ from jobs.endpoint_options import (
     parse_options,
     prediction_payload,
 )
-from jobs.endpoint_port import DeployRequest, EndpointBackend, EndpointStatus, RemoteEndpoint
-from jobs.endpoint_store import LIVE, DeployPlan, Endpoint, EndpointCycle, EndpointStore, IdleEndpoint
+from jobs.endpoints.port import DeployRequest, EndpointBackend, EndpointStatus, RemoteEndpoint
+from jobs.endpoints.store import LIVE, DeployPlan, Endpoint, EndpointCycle, EndpointStore, IdleEndpoint
 from jobs.errors import BadInput, InvalidState, NotFound, TrainbotError
 from jobs.permissions import AccessPolicy
-from jobs.pricing import SECONDS_PER_HOUR, usd
+from jobs.planning.pricing import SECONDS_PER_HOUR, usd
 from jobs.records import Actor, AttemptStatus, LineageStatus
 from jobs.settings import Settings
-from jobs.store import Lineage, Store
+from jobs.store.store import Lineage, Store
 
 __all__ = ["DeployPlan", "Endpoint", "EndpointCycle", "EndpointService", "IdleEndpoint"]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.records import AttemptStatus
-from jobs.store import Lineage
+from jobs.store.store import Lineage
 
 #: A run is flagged when EM, F1 or accuracy drops by more than this many points (0-100 scale).
 DEFAULT_REGRESSION_POINTS = 1.0

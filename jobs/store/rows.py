@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy.engine import Row
 
+from jobs.planning.spec import JobSpec
 from jobs.records import AttemptStatus, LineageStatus
-from jobs.spec import JobSpec
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Row
 
-from jobs.schedule_comparison import DEFAULT_REGRESSION_POINTS, describe_data
-from jobs.store import Lineage
-from jobs.store_schema import UTCDateTime, metadata, register_migration
+from jobs.schedules.comparison import DEFAULT_REGRESSION_POINTS, describe_data
+from jobs.store.schema import UTCDateTime, metadata, register_migration
+from jobs.store.store import Lineage
 
 schedules_table = Table(
     "schedules", metadata,

@@ -26,11 +26,12 @@ from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
 from jobs.errors import InvalidState, NotFound, PermissionDenied, ScheduleError, TrainbotError
-from jobs.grammar import parse_command
+from jobs.lifecycle.service import JobService
 from jobs.permissions import AccessPolicy
+from jobs.planning.grammar import parse_command
 from jobs.records import Actor, LineageStatus
-from jobs.schedule_comparison import DEFAULT_REGRESSION_POINTS, Comparison, compare_runs, final_metrics
-from jobs.schedule_records import (
+from jobs.schedules.comparison import DEFAULT_REGRESSION_POINTS, Comparison, compare_runs, final_metrics
+from jobs.schedules.store import (
     FireResult,
     Schedule,
     ScheduleRun,
@@ -39,12 +40,11 @@ from jobs.schedule_records import (
     schedule_runs,
     schedules_table,
 )
-from jobs.schedule_records import scheduler_lease as scheduler_lease  # re-exported for bot/scheduler.py
-from jobs.schedule_text import DEFAULT_TZ, check_name, check_overlap, parse_add_text
-from jobs.service import JobService
+from jobs.schedules.store import scheduler_lease as scheduler_lease  # re-exported for bot/scheduler.py
+from jobs.schedules.text import DEFAULT_TZ, check_name, check_overlap, parse_add_text
 from jobs.settings import Settings
-from jobs.store import Lineage, Store
-from jobs.store_schema import write_transaction
+from jobs.store.schema import write_transaction
+from jobs.store.store import Lineage, Store
 
 log = logging.getLogger(__name__)
 

@@ -29,14 +29,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Row
 
-from jobs import endpoint_texts as texts
 from jobs.clock import Clock
-from jobs.endpoint_options import DeployOptions
-from jobs.endpoint_port import DeployRequest, EndpointStatus
+from jobs.endpoints import texts as texts
+from jobs.endpoints.options import DeployOptions
+from jobs.endpoints.port import DeployRequest, EndpointStatus
 from jobs.errors import InvalidState, NotFound, SpecError
-from jobs.pricing import hourly_usd
-from jobs.store import Lineage, Store
-from jobs.store_schema import UTCDateTime, metadata, read_transaction, register_migration, write_transaction
+from jobs.planning.pricing import hourly_usd
+from jobs.store.schema import UTCDateTime, metadata, read_transaction, register_migration, write_transaction
+from jobs.store.store import Lineage, Store
 
 SCHEMA_VERSION = 20
 

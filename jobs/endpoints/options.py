@@ -8,9 +8,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from jobs import versions
-from jobs.endpoint_port import Framework
+from jobs.endpoints.port import Framework
 from jobs.errors import BadInput
+from jobs.planning import versions
 
 DEFAULT_INSTANCE_TYPE = "ml.g4dn.xlarge"  # a small GPU, the cheapest common one for HF models
 MAX_INSTANCE_COUNT = 10

@@ -15,14 +15,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from jobs import events, versions
-from jobs.instances import fallback_types
+from jobs.lifecycle import events
+from jobs.planning import versions
+from jobs.planning.instances import fallback_types
 from jobs.records import AttemptStatus, LineageStatus, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
+    from jobs.planning.spec import JobSpec
     from jobs.settings import Settings
-    from jobs.spec import JobSpec
-    from jobs.store import Attempt, Lineage
+    from jobs.store.store import Attempt, Lineage
 
 INTERRUPTED = "Interrupted"
 MAX_WAIT_EXCEEDED = "MaxWaitTimeExceeded"
@@ -69,7 +70,7 @@ class Relaunch:
 
 @dataclass(frozen=True)
 class Notify:
-    kind: str  # one of jobs.events kinds
+    kind: str  # one of jobs.lifecycle.events kinds
     reason: str = ""
     lineage_status: LineageStatus | None = None  # the lineage's new status; None leaves it as it is
 

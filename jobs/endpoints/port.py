@@ -2,7 +2,7 @@
 plain records that cross it.
 
 Backends translate; they decide nothing. Which job may be deployed, with which framework, under which
-name, and who may do it is decided in `jobs.endpoints`.
+name, and who may do it is decided in `jobs.endpoints.service`.
 """
 
 from __future__ import annotations

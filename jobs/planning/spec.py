@@ -3,7 +3,7 @@
 Build one with :func:`spec_from_fields` (any raw dict: the grammar's, a preset's, stored JSON); it turns
 every failure into a :class:`SpecError`. ``JobSpec.model_dump(mode="json")`` is the contract JSON, and
 validating that JSON again gives the same spec (the defaults below are idempotent). Hyperparameter names,
-types and value parsing live in :mod:`jobs.hyperparameters`.
+types and value parsing live in :mod:`jobs.planning.hyperparameters`.
 """
 
 from __future__ import annotations
@@ -13,17 +13,19 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator, model_validator
 
-from jobs import versions
 from jobs.errors import SpecError
-from jobs.hyperparameters import HP_NAME as HP_NAME  # `as`: re-exported for jobs.grammar and older callers
-from jobs.hyperparameters import KNOWN_HYPERPARAMETERS as KNOWN_HYPERPARAMETERS
-from jobs.hyperparameters import TRUE_WORDS, HpValue, check_hyperparameters, show
-from jobs.hyperparameters import auto_value as auto_value
-from jobs.hyperparameters import coerce_hyperparameter as coerce_hyperparameter
-from jobs.hyperparameters import parse_bool as parse_bool
-from jobs.hyperparameters import parse_int as parse_int
-from jobs.instances import InstanceType, instance_info, normalize_instance_name
-from jobs.presets import DEFAULT_MP_PARAMETERS, DEFAULT_PROCESSES_PER_HOST, PRESETS
+from jobs.planning import versions
+from jobs.planning.hyperparameters import (
+    HP_NAME as HP_NAME,  # `as`: re-exported for jobs.planning.grammar and older callers
+)
+from jobs.planning.hyperparameters import KNOWN_HYPERPARAMETERS as KNOWN_HYPERPARAMETERS
+from jobs.planning.hyperparameters import TRUE_WORDS, HpValue, check_hyperparameters, show
+from jobs.planning.hyperparameters import auto_value as auto_value
+from jobs.planning.hyperparameters import coerce_hyperparameter as coerce_hyperparameter
+from jobs.planning.hyperparameters import parse_bool as parse_bool
+from jobs.planning.hyperparameters import parse_int as parse_int
+from jobs.planning.instances import InstanceType, instance_info, normalize_instance_name
+from jobs.planning.presets import DEFAULT_MP_PARAMETERS, DEFAULT_PROCESSES_PER_HOST, PRESETS
 
 Task = Literal["question-answering", "text-classification"]
 Distribution = Literal["none", "data", "model", "ddp"]

@@ -18,13 +18,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from jobs import events
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock
 from jobs.errors import BackendError, BackendUnavailable, CapacityError, InvalidState
-from jobs.plots import plot_lineage
-from jobs.records import AttemptStatus, LineageStatus, RemoteJob, RemoteStatus
-from jobs.recovery import (
+from jobs.lifecycle import events
+from jobs.lifecycle.recovery import (
     LAUNCH_LOST,
     Decision,
     GiveUp,
@@ -34,9 +32,11 @@ from jobs.recovery import (
     decide,
     remote_from_attempt,
 )
-from jobs.reports import build_report
-from jobs.service import JobService
-from jobs.store import Attempt, Lineage, Store
+from jobs.lifecycle.service import JobService
+from jobs.records import AttemptStatus, LineageStatus, RemoteJob, RemoteStatus
+from jobs.reporting.plots import plot_lineage
+from jobs.reporting.reports import build_report
+from jobs.store.store import Attempt, Lineage, Store
 
 log = logging.getLogger(__name__)
 

@@ -17,14 +17,14 @@ from typing import Any
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock
 from jobs.errors import BudgetExceeded, InvalidState, NotFound, PermissionDenied, TrainbotError
-from jobs.grammar import parse_command
 from jobs.permissions import AccessPolicy
-from jobs.plan import LINEAGE_PLACEHOLDER, LaunchPlan, build_plan, checkpoint_uri
-from jobs.pricing import check_job_budget, usd
+from jobs.planning.grammar import parse_command
+from jobs.planning.plan import LINEAGE_PLACEHOLDER, LaunchPlan, build_plan, checkpoint_uri
+from jobs.planning.pricing import check_job_budget, usd
+from jobs.planning.spec import JobSpec, spec_from_fields
 from jobs.records import Actor, AttemptStatus, LineageStatus
 from jobs.settings import Settings
-from jobs.spec import JobSpec, spec_from_fields
-from jobs.store import Attempt, DuplicateLineage, Lineage, Store
+from jobs.store.store import Attempt, DuplicateLineage, Lineage, Store
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from functools import cache
 from typing import Any
 
 from jobs.errors import SpecError
-from jobs.presets import DESCRIPTIONS, PRESETS, preset_fields
-from jobs.spec import (
+from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
+from jobs.planning.spec import (
     DEFAULT_MAX_INSTANCES,
     HP_NAME,
     KNOWN_HYPERPARAMETERS,

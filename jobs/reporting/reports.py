@@ -11,13 +11,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobs import pricing
 from jobs.errors import TrainbotError
+from jobs.planning import pricing
 from jobs.records import AttemptStatus
 
 if TYPE_CHECKING:
     from jobs.backend import TrainingBackend
-    from jobs.store import Attempt, Lineage
+    from jobs.store.store import Attempt, Lineage
 
 log = logging.getLogger(__name__)
 

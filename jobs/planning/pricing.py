@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.errors import BudgetExceeded
-from jobs.instances import family_of, instance_info
+from jobs.planning.instances import family_of, instance_info
 
 if TYPE_CHECKING:
-    from jobs.spec import JobSpec
+    from jobs.planning.spec import JobSpec
 
 DATA_FILE = Path(__file__).parent / "data" / "prices.json"
 SECONDS_PER_HOUR = 3600.0

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
     from jobs.backend import TrainingBackend
-    from jobs.store import Lineage
+    from jobs.store.store import Lineage
 
 log = logging.getLogger(__name__)
 
