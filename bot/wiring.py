@@ -169,7 +169,7 @@ def build_runtime(
     store.migrate()
     backend = backend or _build_backend(settings, clock, force_local=force_local)
     jobs = JobService(store=store, backend=backend, settings=settings, clock=clock)
-    watcher = Watcher(store=store, backend=backend, service=jobs, clock=clock, settings=settings)
+    watcher = Watcher(store=store, backend=backend, clock=clock, settings=settings)
     runtime = Runtime(settings=settings, clock=clock, store=store, backend=backend, jobs=jobs, watcher=watcher)
     runtime.schedules = _build_schedules(runtime)
     runtime.endpoints = _build_endpoints(runtime)

@@ -29,9 +29,10 @@ from jobs.endpoints.options import (
 from jobs.endpoints.port import DeployRequest, EndpointBackend, EndpointStatus, RemoteEndpoint
 from jobs.endpoints.store import LIVE, DeployPlan, Endpoint, EndpointCycle, EndpointStore, IdleEndpoint
 from jobs.errors import BadInput, InvalidState, NotFound, TrainbotError
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.permissions import AccessPolicy
 from jobs.planning.pricing import SECONDS_PER_HOUR, usd
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Lineage, Store
 

@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobs.errors import TrainbotError
+from jobs.lifecycle.state import AttemptStatus
 from jobs.planning import pricing
-from jobs.records import AttemptStatus
 
 if TYPE_CHECKING:
     from jobs.backend import TrainingBackend

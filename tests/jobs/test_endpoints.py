@@ -12,9 +12,10 @@ from jobs.endpoints.options import DEFAULT_INSTANCE_TYPE, choose_framework, norm
 from jobs.endpoints.port import EndpointStatus, Framework
 from jobs.endpoints.service import EndpointService
 from jobs.errors import BackendError, BadInput, InvalidState, NotFound, PermissionDenied
+from jobs.lifecycle.state import LineageStatus
 from jobs.planning import versions
 from jobs.planning.pricing import hourly_usd
-from jobs.records import Actor, LineageStatus
+from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Notification, Store
 from tests.support.endpoints import LAUNCHER, FakeEndpoints, completed_lineage

@@ -19,8 +19,9 @@ import pytest
 from jobs.clock import FakeClock
 from jobs.lifecycle import events
 from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.lifecycle.watcher import Watcher
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
@@ -67,7 +68,7 @@ def rig(moto_aws: MotoAws, tmp_path: Path) -> Rig:  # noqa: F811  (the imported 
                         trainbot_home=tmp_path, trainbot_relaunch_backoff_seconds=0)
     service = JobService(store=store, backend=backend, settings=settings, clock=clock,
                          new_lineage_id=lambda spec: f"wm{next(_IDS):03d}-{datetime.now():%H%M%S}")
-    watcher = Watcher(store, backend, service, clock, settings)
+    watcher = Watcher(store, backend, clock, settings)
     return Rig(moto_aws, store, service, watcher, created, clock)
 
 
