@@ -68,6 +68,7 @@ def _arrange(jobs: int, home: Path, role_arn: str) -> tuple[Any, Any, Any, Reque
     from jobs.backends.sagemaker import SageMakerBackend
     from jobs.backends.sagemaker_session import make_boto_session
     from jobs.clock import SystemClock
+    from jobs.lifecycle import state as st
     from jobs.lifecycle.service import JobService
     from jobs.planning.grammar import parse_command
     from jobs.planning.plan import checkpoint_uri
