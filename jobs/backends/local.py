@@ -116,7 +116,7 @@ class LocalBackend:
     def metric_series(self, job_name: str) -> MetricSeries:
         return local_status.metric_series(self._folder(job_name).log_path)
 
-    def console_links(self, job_name: str) -> dict[str, str]:
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         folder = self._folder(job_name)
         state = folder.load()
         return {

@@ -83,8 +83,8 @@ class _CountingBackend:
         self.calls += 1
         return self._backend.metric_series(job_name)
 
-    def console_links(self, job_name: str) -> dict[str, str]:
-        return self._backend.console_links(job_name)  # built locally, no API call
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
+        return self._backend.console_links(job_name, model_artifacts)  # built locally, no API call
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
         return self._backend.scaling_note(plan)

@@ -86,7 +86,7 @@ class FileBackend:
     def metric_series(self, job_name: str) -> MetricSeries:
         return {}
 
-    def console_links(self, job_name: str) -> dict[str, str]:
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         return {}
 
     def scaling_note(self, plan: Any) -> str | None:
