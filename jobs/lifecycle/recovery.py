@@ -1,6 +1,6 @@
 """The recovery policy: what to do when a backend job changes. A pure decision; the watcher carries it out.
 
-DESIGN.md, "What SageMaker does, and what the bot must do":
+What SageMaker does, and what the bot must do (docs/ARCHITECTURE.md):
 - InProgress + Interrupted: SageMaker waits for spot capacity and resumes by itself -> notify once;
 - Stopped (MaxWaitTimeExceeded), Failed for capacity or an internal error -> a new attempt of the same
   lineage from the same checkpoints, after a doubling backoff, moving through the fallback instance types

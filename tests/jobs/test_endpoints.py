@@ -11,7 +11,15 @@ from jobs.clock import FakeClock
 from jobs.endpoints.options import DEFAULT_INSTANCE_TYPE, choose_framework, normalize_answer, parse_options
 from jobs.endpoints.port import EndpointStatus, Framework
 from jobs.endpoints.service import EndpointService
-from jobs.errors import BackendError, BadInput, BudgetExceeded, InvalidState, NotFound, PermissionDenied, SpecError
+from jobs.errors import (
+    BackendError,
+    BadInput,
+    BudgetExceeded,
+    InvalidState,
+    NotFound,
+    PermissionDenied,
+    SpecError,
+)
 from jobs.lifecycle.state import LineageStatus
 from jobs.planning import versions
 from jobs.planning.pricing import hourly_usd
