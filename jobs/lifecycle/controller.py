@@ -37,6 +37,7 @@ from jobs.lifecycle.recovery import (
     Notify,
     RecoveryPolicy,
     Relaunch,
+    capacity_reason,
     decide,
     remote_from_attempt,
 )
@@ -148,7 +149,9 @@ class Controller:
         self, lineage: Lineage, attempt: Attempt, remote: RemoteJob, cycle: CycleResult, *, relaunching: bool
     ) -> None:
         now = self._clock.now()
-        decision = decide(lineage, attempt, remote, self._policy, now, daily_left_usd=self._ledger.left_today(now))
+        # Today's spend is read only when a relaunch (a spend decision) is on the table.
+        daily_left = self._ledger.left_today(now) if capacity_reason(remote) is not None else None
+        decision = decide(lineage, attempt, remote, self._policy, now, daily_left_usd=daily_left)
         self._carry_out(lineage, attempt, remote, decision, cycle, relaunching=relaunching)
 
     def _carry_out(
@@ -246,6 +249,8 @@ class Controller:
         instance_type = lineage.next_instance_type or latest.instance_type
         spot = latest.spot if lineage.next_spot is None else lineage.next_spot
         number = latest.number + 1
+        # Resolved before the attempt is recorded: a plan that cannot be replayed ends the lineage, announced.
+        plan = approved_plan(lineage).for_attempt(instance_type=instance_type, spot=spot)
         attempt = self._store.add_attempt(lineage.id, number=number, instance_type=instance_type, spot=spot)
         if attempt is None:
             log.info("attempt %d of %s was already made by another process", number, lineage.id)
@@ -256,7 +261,6 @@ class Controller:
             self._store.transition_attempt(attempt.job_name, st.ATTEMPT_NOT_LAUNCHED,
                                            failure_reason="the job was stopped or ended before its relaunch")
             return None
-        plan = approved_plan(lineage).for_attempt(instance_type=instance_type, spot=spot)
         cycle.api_calls += 1  # the CreateTrainingJob, whatever its outcome
         try:
             self._backend.launch(attempt.job_name, plan)

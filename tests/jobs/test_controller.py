@@ -14,6 +14,7 @@ from jobs.lifecycle import events
 from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.lifecycle.watcher import Watcher
 from jobs.records import RemoteStatus
+from jobs.store.schema import lineages
 from jobs.store.store import Store
 from tests.jobs.test_watcher import ALICE, World, make_service, make_world
 
@@ -144,3 +145,20 @@ def test_the_daily_budget_counts_every_attempt_and_stops_a_relaunch(tmp_path: Pa
     assert world.store.get_lineage(lineage.id).status is LineageStatus.GAVE_UP
     assert "TRAINBOT_DAILY_BUDGET_USD" in world.notes(events.GAVE_UP)[0]["reason"]
     assert ALICE.user_id == world.store.get_lineage(lineage.id).launched_by
+
+
+def test_a_fault_while_relaunching_ends_the_lineage_announced_and_other_jobs_go_on(tmp_path: Path) -> None:
+    world = make_world(tmp_path, backoff=0)
+    broken = world.launch()
+    other = world.launch()
+    world.watcher.poll_once()
+    with world.store.engine.begin() as conn:  # a stored plan this version cannot replay
+        conn.execute(lineages.update().where(lineages.c.id == broken.id).values(launch_plan={}))
+    lose_capacity(world, f"{broken.id}-1")
+    world.move(f"{other.id}-1", RemoteStatus.COMPLETED, "Completed")
+    cycle = world.watcher.poll_once()
+    assert world.store.get_lineage(broken.id).status is LineageStatus.GAVE_UP
+    assert "trainbot could not carry on" in world.notes(events.GAVE_UP)[0]["reason"]
+    assert world.store.get_lineage(other.id).status is LineageStatus.COMPLETED
+    assert cycle.errors == []
+    assert world.watcher.poll_once().actions == []  # settled for good: nothing retried
