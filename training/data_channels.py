@@ -100,7 +100,9 @@ def load_splits(
                 f"no data channel is set and the `datasets` library is not installed to load"
                 f" --dataset_name {script_args.dataset_name}"
             ) from None
-        raw = datasets.load_dataset(script_args.dataset_name, script_args.dataset_config_name)
+        raw = datasets.load_dataset(
+            script_args.dataset_name, script_args.dataset_config_name, revision=script_args.dataset_revision
+        )
         train = [dict(r) for r in raw["train"]] if need_train else None
         evals = None
         if need_eval:

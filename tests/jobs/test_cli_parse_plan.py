@@ -63,11 +63,11 @@ def test_plan_json(tmp_path: Path) -> None:
 
 
 def test_the_whole_command_may_come_as_one_quoted_argument(tmp_path: Path) -> None:
-    words = trainbot("parse", "distilbert-spot", "epochs=2", "hp.note=two words", home=tmp_path)
-    whole = trainbot("parse", 'distilbert-spot epochs=2 hp.note="two words"', home=tmp_path)
+    words = trainbot("parse", "distilbert-spot", "epochs=2", "hp.run_name=two words", home=tmp_path)
+    whole = trainbot("parse", 'distilbert-spot epochs=2 hp.run_name="two words"', home=tmp_path)
     assert words.returncode == whole.returncode == 0, whole.stderr
     assert json.loads(words.stdout) == json.loads(whole.stdout)
-    assert json.loads(whole.stdout)["hyperparameters"]["note"] == "two words"
+    assert json.loads(whole.stdout)["hyperparameters"]["run_name"] == "two words"
 
 
 def test_plan_json_flag_may_come_before_the_text(tmp_path: Path) -> None:
