@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from jobs.planning import pricing
-from jobs.planning.instances import instance_info
 from jobs.planning.hyperparameters import ENTRY_POINTS as ENTRY_POINTS  # `as`: re-exported for callers
 from jobs.planning.hyperparameters import check_script_hyperparameters
+from jobs.planning.instances import instance_info
 from jobs.planning.pricing import CostEstimate, usd
 from jobs.planning.spec import JobSpec, dataset_hyperparameters
+
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 BUCKET_PLACEHOLDER = "<TRAINBOT_BUCKET>"
 LINEAGE_PLACEHOLDER = "<lineage>"

@@ -34,6 +34,9 @@ def test_parse_prints_the_spec(tmp_path: Path) -> None:
         (["parse", "bert-squad", "instanses=2"], "did you mean instances"),
         (["parse"], "Type a preset"),
         (["plan", "distilbert-spot", "max_wait=1m"], "max_wait"),
+        (["parse", "hp.sagemaker_mpi_custom_mpi_options=-x"], "hp.sagemaker_mpi_custom_mpi_options is refused"),
+        (["parse", "distilbert-spot", "hp.learning_rat=0.1"], "did you mean hp.learning_rate?"),
+        (["parse", "distilbert-spot", "hp.run_name=a\x1bb"], "control character (U+001B)"),  # argv holds no NUL
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
