@@ -20,6 +20,7 @@ from jobs.errors import BudgetExceeded, InvalidState, PermissionDenied
 from jobs.lifecycle.controller import Controller
 from jobs.permissions import AccessPolicy
 from jobs.planning.grammar import parse_command
+from jobs.planning.local_paths import check_local_paths
 from jobs.planning.plan import LINEAGE_PLACEHOLDER, LaunchPlan, build_plan
 from jobs.planning.pricing import check_job_budget
 from jobs.planning.spec import JobSpec
@@ -68,6 +69,7 @@ class JobService:
     def plan(self, text: str) -> LaunchPlan:
         """What ``text`` would launch, with no network and no record."""
         spec = self._parse(text)
+        check_local_paths(spec, self._settings, backend=self._backend.name)
         return build_plan(
             spec,
             bucket=self._settings.trainbot_bucket,
@@ -89,6 +91,7 @@ class JobService:
         """Check, record, launch. Same ``request_id`` twice -> the first lineage, no second launch."""
         spec = self._parse(text_or_spec) if isinstance(text_or_spec, str) else text_or_spec
         self._guarded(actor, "launch", request_id or "-", lambda: self._policy.check_can_use(actor))
+        check_local_paths(spec, self._settings, backend=self._backend.name)
         if request_id is not None and (existing := self._store.find_by_request(request_id)) is not None:
             log.info("request %s already launched %s", request_id, existing.id)
             return existing

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from jobs.planning import pricing
+from jobs.planning.hyperparameters import ENTRY_POINTS as ENTRY_POINTS  # `as`: re-exported for callers
+from jobs.planning.hyperparameters import check_script_hyperparameters
 from jobs.planning.instances import instance_info
 from jobs.planning.pricing import CostEstimate, usd
 from jobs.planning.spec import JobSpec, dataset_hyperparameters
 
-ENTRY_POINTS = {"question-answering": "train_qa.py", "text-classification": "train_classification.py"}
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 BUCKET_PLACEHOLDER = "<TRAINBOT_BUCKET>"
 LINEAGE_PLACEHOLDER = "<lineage>"
@@ -199,13 +200,15 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
 
 
 def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
-    """The spec's hyperparameters plus the model and dataset arguments the scripts read."""
+    """The spec's hyperparameters plus the model and dataset arguments the scripts read, every one a name
+    the task's script takes and none it may not be handed (a stored spec is checked here too)."""
     hps: dict[str, str | int | float | bool] = {"model_name_or_path": spec.model}
     if spec.train_data is None:
         hps.update(dataset_hyperparameters(spec.dataset))
         if spec.dataset_revision:
             hps["dataset_revision"] = spec.dataset_revision
     hps.update(spec.hyperparameters)
+    check_script_hyperparameters(hps, spec.task)
     return hps
 
 
