@@ -71,13 +71,24 @@ def _flatten_squad(articles: list[dict]) -> list[dict]:
     return out
 
 
+def _class_label_names(raw: object) -> list[str]:
+    for split in getattr(raw, "values", lambda: [])():
+        feature = getattr(split, "features", {}).get("label")
+        names = getattr(feature, "names", None)
+        if names:
+            return [str(name) for name in names]
+    return []
+
+
 def load_splits(
     script_args: ScriptArguments,
     need_train: bool,
     need_eval: bool,
     eval_splits: Sequence[str] = ("validation", "validation_matched", "test"),
+    label_names_out: list[str] | None = None,
 ) -> tuple[list[dict] | None, list[dict] | None]:
-    """(train records, eval records) from the SageMaker channels, else from `datasets.load_dataset`."""
+    """(train records, eval records) from the SageMaker channels, else from `datasets.load_dataset`;
+    a hub dataset's ClassLabel names for `label` are appended to `label_names_out` when given."""
     train_dir = _channel("SM_CHANNEL_TRAIN", "SM_CHANNEL_TRAINING")
     eval_dir = _channel("SM_CHANNEL_TEST", "SM_CHANNEL_VALIDATION", "SM_CHANNEL_EVAL")
     if train_dir or eval_dir:
@@ -101,6 +112,8 @@ def load_splits(
                 f" --dataset_name {script_args.dataset_name}"
             ) from None
         raw = datasets.load_dataset(script_args.dataset_name, script_args.dataset_config_name)
+        if label_names_out is not None:
+            label_names_out.extend(_class_label_names(raw))
         train = [dict(r) for r in raw["train"]] if need_train else None
         evals = None
         if need_eval:

@@ -151,8 +151,9 @@ def _processes(distribution: str, instance_count: int, limits: LocalLimits) -> t
     processes = min(wanted, limits.max_processes)
     if processes < wanted:
         notes.append(f"{processes} of {wanted} instances as processes (this machine's cores)")
-    if distribution == "model":
-        notes.append("model parallel runs as plain DDP")
+    if distribution in ("data", "model"):  # smdistributed needs GPUs and MPI: torchrun over gloo instead
+        kind = "data" if distribution == "data" else "model"
+        notes.append(f"smdistributed {kind} parallel runs as torchrun DDP (gloo)")
     return processes, notes
 
 

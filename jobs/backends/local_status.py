@@ -4,7 +4,8 @@ Status mapping (TrainingJobStatus / SecondaryStatus):
 - running: InProgress / Starting, then Training once the script logs a step;
 - exit 0: Completed (even if a stop raced the end: the model is saved, as SageMaker would report);
 - stop(): Stopping, then Stopped / Stopped;
-- take_capacity() on a spot job: InProgress / Interrupted while it saves, then Stopped /
+- take_capacity() on a spot job: its processes are killed (no signal the script can act on); InProgress /
+  Interrupted until the look that finds them gone, then Stopped /
   MaxWaitTimeExceeded, as SageMaker ends a spot job whose wait for capacity ran out;
 - running past max_run: Stopped / MaxRuntimeExceeded;
 - any other exit: Failed, "AlgorithmError: <the log's last error line>"; a process that vanished with
@@ -44,7 +45,7 @@ _MESSAGES = {
     "Completed": "Training job completed.",
     "Stopping": "Stopping the training job (SIGTERM sent).",
     "Stopped": "The job was stopped.",
-    "Interrupted": "Spot capacity was taken (simulated locally); the job is saving a checkpoint.",
+    "Interrupted": "Spot capacity was taken (simulated locally); the job's processes were killed.",
     "MaxWaitTimeExceeded": "The job ended: spot capacity did not come back within the wait time.",
     "MaxRuntimeExceeded": "The job ran past max_run and was stopped.",
     "Failed": "Training job failed.",
