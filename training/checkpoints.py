@@ -181,9 +181,10 @@ def make_checkpoint_clock(transformers_module: Any) -> type:
             self._last_save = time.monotonic()
 
         def on_step_end(self, args, state, control, **kwargs):
-            if self.seconds is not None and time.monotonic() - self._last_save >= self.seconds:
-                control.should_save = True
-            if control.should_save or (state.max_steps and state.global_step >= state.max_steps):
+            last = bool(state.max_steps) and state.global_step >= state.max_steps
+            if last or (self.seconds is not None and time.monotonic() - self._last_save >= self.seconds):
+                control.should_save = True  # the last step too: a relaunch after the end skips to it
+            if control.should_save:
                 control.should_log = True
             if state.is_world_process_zero:
                 _record_furthest(self.checkpoint_dir, state.global_step)

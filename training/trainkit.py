@@ -159,8 +159,9 @@ def _say_redone(resume: Path, furthest: int | None) -> None:
     """How much of the interrupted run is trained again: the steps after the checkpoint it resumes from."""
     step = int(resume.name.rpartition("-")[2])
     if furthest is not None and furthest >= step:
-        print(f"[checkpoint] the interrupted run had reached step {furthest}: {furthest - step} steps redone",
-              file=sys.stderr, flush=True)
+        redone = furthest - step
+        print(f"[checkpoint] the interrupted run had reached step {furthest}: {redone}"
+              f" step{'' if redone == 1 else 's'} redone", file=sys.stderr, flush=True)
 
 
 def main_guard(run: Callable[[list[str]], int], argv: list[str] | None = None) -> None:

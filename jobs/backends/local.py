@@ -13,9 +13,7 @@ this machine, in `local_scaling`; process handling, in `local_runner`.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
 import shutil
 import sys
@@ -145,6 +143,10 @@ class LocalBackend:
     def resumed_from_step(self, job_name: str) -> int | None:
         """The checkpoint step this job resumed from, as its log says; None for a fresh start."""
         return local_status.resumed_from_step(self._folder(job_name))
+
+    def steps_redone(self, job_name: str) -> int | None:
+        """Steps this job trains again after the attempt before it was killed; None for a fresh start."""
+        return local_status.steps_redone(self._folder(job_name))
 
     def checkpoint_folder(self, checkpoint_uri: str) -> Path:
         """The local folder standing in for `checkpoint_uri`: home/checkpoints/<bucket>/<key>."""
@@ -303,7 +305,7 @@ class LocalBackend:
         ):
             logger.info("local job %s ran past max_run (%s s); stopping it", state.name, state.max_run)
             state.runtime_exceeded_at = now
-            self._runner.signal_group(state.pid, SIGTERM)
+            self._terminate(state, SIGTERM)
             return True
         asked = state.signalled_at()
         if asked and state.killed_at is None and now - asked > timedelta(seconds=STOP_GRACE_SECONDS):
@@ -338,8 +340,15 @@ class LocalBackend:
                 setattr(state, flag, self._clock.now())
                 folder.save(state)  # the flag first, so whoever sees the exit knows why
                 if state.pid is not None:
-                    self._runner.signal_group(state.pid, sig)
+                    self._terminate(state, sig)
             self._refresh_locked(folder)
+
+    def _terminate(self, state: JobState, sig: int) -> None:
+        """`sig` to the job's processes. Under the toolkit, SIGTERM spares `train` itself: it would die at
+        once and take the script's output pipes with it, so the best-effort save could never be logged."""
+        assert state.pid is not None
+        spare = "/train" if state.runner == local_container.TOOLKIT and sig == SIGTERM else None
+        self._runner.signal_group(state.pid, sig, spare=spare)
 
 
 def _safe_part(part: str) -> str:

@@ -29,6 +29,8 @@ from jobs.records import MetricPoint, MetricSeries, RemoteJob, RemoteStatus, Sta
 
 #: What training/ prints when it picks a checkpoint up (the step is the checkpoint folder's number).
 _RESUMED = re.compile(r"\[checkpoint\] resuming from .*checkpoint-(\d+)")
+#: ... and how far the interrupted attempt had got past it (the steps trained again).
+_REDONE = re.compile(r"\[checkpoint\] the interrupted run had reached step \d+: (\d+) steps? redone")
 
 #: Billable share of a spot job's training time (managed spot typically saves 60-90%).
 SPOT_BILLABLE_FRACTION = 0.3
@@ -128,6 +130,7 @@ def remote_job(folder: JobFolder, state: JobState) -> RemoteJob:
         final_metrics=final_metrics(folder),
         model_artifacts=_model_artifacts(folder, status),
         resumed_from_step=resumed_from_step(folder),
+        steps_redone=steps_redone(folder),
         instance_type=state.instance_type,
         instance_count=state.instance_count,
         spot=state.spot,
@@ -142,6 +145,15 @@ def resumed_from_step(folder: JobFolder) -> int | None:
     """The checkpoint step the job resumed from, as the training script's log says; None for a fresh start."""
     for line in local_state.read_lines(folder.log_path):
         match = _RESUMED.search(line)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def steps_redone(folder: JobFolder) -> int | None:
+    """Steps this attempt trains again because the one before it was killed past its last checkpoint."""
+    for line in local_state.read_lines(folder.log_path):
+        match = _REDONE.search(line)
         if match:
             return int(match.group(1))
     return None

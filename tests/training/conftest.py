@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from jobs.backends.offline_assets import LocalAssets, ensure_local_assets
+from tests.support.moto_server import moto_aws_module, moto_server  # noqa: F401 (fixtures: test_transformers4)
 
 TRAINING_DIR = Path(__file__).resolve().parents[2] / "training"
 if str(TRAINING_DIR) not in sys.path:  # the scripts import their siblings as top-level modules
