@@ -168,9 +168,9 @@ def make_checkpoint_clock(transformers_module: Any) -> type:
     TrainerCallback = transformers_module.TrainerCallback
 
     class CheckpointClock(TrainerCallback):
-        """Save at least every `minutes` (the step-based saves stay); log at every save and at the last
-        step, so the logged loss history carried in each checkpoint covers every step trained up to it
-        (a resumed run then computes whole-lineage figures from it); record the furthest step reached."""
+        """Save at least every `minutes` (the step-based saves stay) and at the last step; log at every
+        save, so the loss history carried in each checkpoint covers every step trained up to it (a resumed
+        run computes whole-lineage figures from it); record the furthest step reached."""
 
         def __init__(self, minutes: float | None, checkpoint_dir: Path) -> None:
             self.seconds = minutes * 60 if minutes and minutes > 0 else None

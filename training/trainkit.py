@@ -8,7 +8,8 @@ other as top-level modules. The rest lives beside it: `script_arguments` (comman
 `metrics_log` (`[metric]` and `[progress]` lines).
 
 Exit codes: 0 done, 143 interrupted by SIGTERM (a checkpoint was saved, no final model), 2 bad input,
-1 anything else.
+1 anything else. Checkpoints are also saved on a clock (`--checkpoint_minutes`), since SageMaker's image
+never delivers the SIGTERM; a resumed run says how many steps it redoes and reports whole-lineage figures.
 """
 
 from __future__ import annotations
