@@ -29,6 +29,7 @@ from jobs.planning.spec import (
     auto_value,
     coerce_hyperparameter,
     parse_bool,
+    parse_float,
     parse_int,
     show,
     spec_from_fields,
@@ -96,6 +97,10 @@ def _version(raw: str, key: str) -> str:
     return text
 
 
+def _minutes(raw: str, key: str) -> float:
+    return float(parse_float(raw, key))
+
+
 def _py_version(raw: str, key: str) -> str:
     text = raw.strip().lower().removeprefix("python").removeprefix("py").replace(".", "")
     if not (text.isascii() and text.isdigit() and 2 <= len(text) <= 3):
@@ -155,6 +160,8 @@ def _spec_keys() -> list[Key]:
         Key("pytorch_version", _version, "the container's PyTorch version, e.g. 2.0.0.", ("pytorch", "torch")),
         Key("py_version", _py_version, "the container's Python, e.g. py310.", ("python", "py")),
         Key("processes_per_host", parse_int, "model parallel: processes per instance (default 8).", ("processes",)),
+        Key("checkpoint_minutes", _minutes, "save a checkpoint at least this often, in minutes (fractions allowed; spot default 10)."),
+        Key("volume_size", parse_int, "GB of disk for the instances (default: sized to the model and its checkpoints).", ("disk",)),
     ]
 
 
