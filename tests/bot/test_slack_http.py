@@ -188,6 +188,7 @@ def test_the_manifest_declares_every_command_and_interactivity() -> None:
     assert manifest["settings"]["interactivity"]["is_enabled"] and manifest["settings"]["socket_mode_enabled"]
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     assert {"commands", "chat:write", "files:write", "im:write"} <= scopes
+    assert {"channels:history", "groups:history", "im:history"} <= scopes  # looking for a lost post
 
 
 def test_serve_http_answers_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
