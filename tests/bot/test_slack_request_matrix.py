@@ -19,6 +19,8 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from bot import slack_requests
 from handlers import cards
@@ -35,6 +37,11 @@ SECRET = "matrix-signing-secret"
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"
 REQUESTS = 1000
+KINDS = ("block_actions", "view_submission", "event_callback", "url_verification")
+#: What Bolt's context building, its matchers and the listeners read from a payload.
+FIELDS = ("user", "id", "actions", "action_id", "value", "view", "callback_id", "type", "state", "values",
+          "private_metadata", "channel", "container", "channel_id", "is_ephemeral", "team", "enterprise",
+          "authorizations", "trigger_id", "response_url", "event", "challenge", "message")
 
 
 def payload(data: object) -> str:
@@ -185,3 +192,26 @@ def test_payload_not_json_is_401_unless_signed_then_400(rig: HttpRig, signing: s
     caplog.clear()
     assert send(rig, signing, "payload_not_json") == (400 if signing == "good" else 401)
     assert len(caplog.records) == 1 and not caplog.records[0].exc_info
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(FIELDS), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kind=st.sampled_from([*KINDS, "nonsense"]),
+       fields=st.dictionaries(st.sampled_from(FIELDS), JSON_VALUES, max_size=6))
+def test_any_signed_interaction_is_answered_below_500_without_a_traceback(
+    rig: HttpRig, caplog: pytest.LogCaptureFixture, kind: str, fields: dict
+) -> None:
+    """Signed payloads of every kind with the fields Bolt and the listeners read, holding any JSON."""
+    caplog.clear()
+    body = payload({"type": kind, **fields})
+    headers = dict(sign(SECRET, body), **{"Content-Type": FORM})
+    status, _ = rig.bot.send(body, headers)
+    rig.settle()
+    assert status in (200, 400, 404), (status, body)
+    assert [r.getMessage() for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR] == []
