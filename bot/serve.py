@@ -105,14 +105,12 @@ class SlackHttpApp:
 
     async def _verified_body(self, headers: dict[str, list[str]], receive: Receive) -> bytes | None:
         """The body when Slack signed it; None (and one log line) otherwise. Nothing is parsed before this."""
-        reason = slack_requests.unsigned_reason(headers)
-        body = None
-        if reason is None:
-            body = await _read_body(receive)
-            if body is None:
-                reason = f"a body over {slack_requests.MAX_BODY_BYTES} bytes, read no further"
-        if reason is None and body is not None:
+        reason = slack_requests.unsigned_reason(headers)  # the body is not even read then
+        body = None if reason else await _read_body(receive)
+        if body is not None:
             reason = slack_requests.unverified_reason(self._verifier, headers, body)
+        elif reason is None:
+            reason = f"a body over {slack_requests.MAX_BODY_BYTES} bytes, read no further"
         if reason is not None:
             log.info("refused an unverified Slack request: %s", reason)
             return None
