@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -48,6 +47,27 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 # ---------------------------------------------------------------- HTTP
 
 
+class HealthApp:
+    """ASGI: GET /healthz, the one health check of both modes (HTTP serves it beside /slack/events;
+    Socket Mode, which has no HTTP server of its own, serves it alone)."""
+
+    def __init__(self, healthy: Callable[[], bool] | None = None) -> None:
+        self._healthy = healthy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self.answer(scope, send)
+
+    async def answer(self, scope: Scope, send: Send) -> None:
+        if scope["path"] != HEALTH_PATH or scope["method"] not in ("GET", "HEAD"):
+            await _respond(send, 404, "not found")
+            return
+        ok = True if self._healthy is None else bool(self._healthy())
+        await _respond(send, 200 if ok else 503, json.dumps({"ok": ok}), "application/json")
+
+
 class SlackHttpApp:
     """ASGI: POST /slack/events -> verified, checked, then Bolt (in a thread pool, so the event loop never
     blocks); GET /healthz."""
@@ -57,7 +77,7 @@ class SlackHttpApp:
         self._app = app
         self._verifier = slack_requests.make_verifier(signing_secret, now)
         self._path = path
-        self._health = health
+        self._health = HealthApp(health)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="slack-http")
 
     def close(self) -> None:
@@ -70,16 +90,10 @@ class SlackHttpApp:
         if scope["type"] != "http":
             return
         method, path = scope["method"], scope["path"]
-        if path == HEALTH_PATH and method in ("GET", "HEAD"):
-            await self._healthz(send)
-        elif path == self._path and method == "POST":
+        if path == self._path and method == "POST":
             await self._events(scope, receive, send)
         else:
-            await _respond(send, 404, "not found")
-
-    async def _healthz(self, send: Send) -> None:
-        ok = True if self._health is None else bool(self._health())
-        await _respond(send, 200 if ok else 503, json.dumps({"ok": ok}), "application/json")
+            await self._health.answer(scope, send)
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
@@ -176,7 +190,7 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-def http_server(asgi: SlackHttpApp, *, host: str, port: int) -> uvicorn.Server:
+def http_server(asgi: SlackHttpApp | HealthApp, *, host: str, port: int) -> uvicorn.Server:
     # log_config=None: uvicorn's records go where the process's own go (trainbot.log), not to a second stderr.
     config = uvicorn.Config(asgi, host=host, port=port, lifespan="on", log_level="warning", access_log=False,
                             timeout_graceful_shutdown=10, backlog=512, log_config=None)
@@ -277,8 +291,8 @@ def _serve_socket_mode(runtime: Runtime, parts: SlackParts, *, host: str, port: 
     assert token is not None
     stop = threading.Event()
     _install_stop_handlers(stop)
-    health = health_server(lambda: _store_answers(runtime), host=host, port=port)
-    threading.Thread(target=health.serve_forever, name="trainbot-healthz", daemon=True).start()
+    health = http_server(HealthApp(lambda: _store_answers(runtime)), host=host, port=port)
+    threading.Thread(target=health.run, name="trainbot-healthz", daemon=True).start()
     handler = socket_mode_handler(parts.app, token.get_secret_value(), parts.client)
     handler.connect()
     log.info("connected to Slack over Socket Mode; health at http://%s:%d%s", host, port, HEALTH_PATH)
@@ -287,28 +301,4 @@ def _serve_socket_mode(runtime: Runtime, parts: SlackParts, *, host: str, port: 
             pass
     finally:
         handler.close()
-        health.shutdown()
-        health.server_close()
-
-
-def health_server(healthy: Callable[[], bool], *, host: str, port: int) -> ThreadingHTTPServer:
-    """GET /healthz for Socket Mode, which has no HTTP server of its own: container health checks
-    and load balancers probe the same path in both modes."""
-
-    class HealthHandler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-            if self.path != HEALTH_PATH:
-                self.send_error(404)
-                return
-            ok = healthy()
-            body = json.dumps({"ok": ok}).encode()
-            self.send_response(200 if ok else 503)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: not news
-            return
-
-    return ThreadingHTTPServer((host, port), HealthHandler)
+        health.should_exit = True
