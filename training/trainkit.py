@@ -27,8 +27,7 @@ import checkpoints
 import compat
 import metrics_log
 from batches import PadCollator
-from data_channels import read_channel as read_channel  # re-exported: bench/train_throughput.py reads it here
-from script_arguments import ScriptArguments, UsageError  # ScriptArguments too is read here by the bench
+from script_arguments import ScriptArguments, UsageError
 
 EXIT_OK = 0
 EXIT_OTHER = 1

@@ -15,23 +15,27 @@ from functools import cache
 from typing import Any
 
 from jobs.errors import SpecError
-from jobs.planning.hyperparameters import check_plain_text, check_reserved, check_script_argument
-from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
-from jobs.planning.spec import (
-    DEFAULT_MAX_INSTANCES,
+from jobs.planning.hyperparameters import (
     HP_NAME,
     KNOWN_HYPERPARAMETERS,
-    MP_ENUMS,
-    MP_INTS,
-    MP_KEYS,
     HpValue,
-    JobSpec,
     auto_value,
+    check_plain_text,
+    check_reserved,
+    check_script_argument,
     coerce_hyperparameter,
     parse_bool,
     parse_float,
     parse_int,
     show,
+)
+from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
+from jobs.planning.spec import (
+    DEFAULT_MAX_INSTANCES,
+    MP_ENUMS,
+    MP_INTS,
+    MP_KEYS,
+    JobSpec,
     spec_from_fields,
 )
 

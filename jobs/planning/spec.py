@@ -21,21 +21,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, fie
 from jobs.errors import SpecError
 from jobs.planning import versions
 from jobs.planning.hyperparameters import (
-    HP_NAME as HP_NAME,  # `as`: re-exported for jobs.planning.grammar and older callers
-)
-from jobs.planning.hyperparameters import KNOWN_HYPERPARAMETERS as KNOWN_HYPERPARAMETERS
-from jobs.planning.hyperparameters import (
     TRUE_WORDS,
     HpValue,
     check_hyperparameters,
     check_script_hyperparameters,
     show,
 )
-from jobs.planning.hyperparameters import auto_value as auto_value
-from jobs.planning.hyperparameters import coerce_hyperparameter as coerce_hyperparameter
-from jobs.planning.hyperparameters import parse_bool as parse_bool
-from jobs.planning.hyperparameters import parse_float as parse_float
-from jobs.planning.hyperparameters import parse_int as parse_int
 from jobs.planning.instances import InstanceType, instance_info, normalize_instance_name
 from jobs.planning.presets import DEFAULT_MP_PARAMETERS, DEFAULT_PROCESSES_PER_HOST, PRESETS
 
