@@ -114,6 +114,8 @@ DISTRIBUTION_WORDS = {
     "ddp": "ddp", "torchrun": "ddp", "torch-distributed": "ddp",
 }
 
+NOTIFY_WORDS = {"dm": "dm", "none": "none", "no": "none", "off": "none"}
+
 
 # ---------------------------------------------------------------- the keys
 
@@ -154,6 +156,7 @@ def _spec_keys() -> list[Key]:
         Key("pytorch_version", _version, "the container's PyTorch version, e.g. 2.0.0.", ("pytorch", "torch")),
         Key("py_version", _py_version, "the container's Python, e.g. py310.", ("python", "py")),
         Key("processes_per_host", parse_int, "model parallel: processes per instance (default 8).", ("processes",)),
+        Key("notify", _choice(NOTIFY_WORDS), "dm: a direct message to you when the job ends (none: no DM at all, whatever /notify dm says)."),
     ]
 
 

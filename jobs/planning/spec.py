@@ -98,6 +98,7 @@ class JobSpec(BaseModel):
     max_restarts: int = 5
     train_data: str | None = None
     dataset_revision: str | None = None
+    notify: Literal["dm", "none"] | None = None  # dm: a DM to the launcher when it ends; none: never
 
     @model_validator(mode="before")
     @classmethod

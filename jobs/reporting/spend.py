@@ -1,0 +1,75 @@
+"""What jobs have cost so far: one lineage (the App Home's running jobs) and the team, today and this week
+(the App Home's spend line, against TRAINBOT_DAILY_BUDGET_USD).
+
+An ended attempt costs its billable seconds; a running one costs the time since it was created, at the
+typical spot price when it is spot (SageMaker bills it at the end; this is the figure so far). An attempt
+counts in the day and week it was created in (UTC; weeks start on Monday).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, time, timedelta, timezone
+from typing import TYPE_CHECKING
+
+from jobs.errors import TrainbotError
+from jobs.planning.pricing import cost_of
+
+if TYPE_CHECKING:
+    from jobs.store.store import Attempt, Lineage, Store
+
+log = logging.getLogger(__name__)
+
+#: How many recent lineages the team figures read (newest first); more than a busy team starts in a week.
+RECENT_LINEAGES = 2000
+
+
+@dataclass(frozen=True)
+class TeamSpend:
+    today_usd: float
+    week_usd: float
+    committed_today_usd: float  # worst-case estimates of today's launches: what the daily budget checks
+    daily_budget_usd: float | None
+
+
+def attempt_cost_so_far(attempt: Attempt, instance_count: int, now: datetime) -> float:
+    if attempt.status.is_terminal():
+        seconds = float(attempt.billable_seconds or 0)
+    else:
+        seconds = max(0.0, (now - attempt.created_at).total_seconds())
+    try:
+        return cost_of(attempt.instance_type, instance_count, seconds, attempt.spot)
+    except TrainbotError:  # a type the price table does not know: no figure rather than no page
+        log.warning("no price for %s; %s counted at 0", attempt.instance_type, attempt.job_name)
+        return 0.0
+
+
+def lineage_cost_so_far(lineage: Lineage, now: datetime) -> float:
+    return sum(attempt_cost_so_far(a, lineage.spec.instance_count, now) for a in lineage.attempts)
+
+
+def start_of_day(now: datetime) -> datetime:
+    return datetime.combine(now.astimezone(timezone.utc).date(), time.min, tzinfo=timezone.utc)
+
+
+def start_of_week(now: datetime) -> datetime:
+    day = start_of_day(now)
+    return day - timedelta(days=day.weekday())
+
+
+def team_spend(store: Store, now: datetime, *, daily_budget_usd: float | None) -> TeamSpend:
+    day, week = start_of_day(now), start_of_week(now)
+    lineages = {ln.id: ln for ln in store.list_lineages(limit=RECENT_LINEAGES)}
+    lineages.update({ln.id: ln for ln in store.list_lineages(active_only=True, limit=RECENT_LINEAGES)})
+    today = this_week = 0.0
+    for lineage in lineages.values():
+        for attempt in lineage.attempts:
+            if attempt.created_at < week:
+                continue
+            cost = attempt_cost_so_far(attempt, lineage.spec.instance_count, now)
+            this_week += cost
+            if attempt.created_at >= day:
+                today += cost
+    return TeamSpend(today_usd=today, week_usd=this_week, committed_today_usd=store.estimated_spend_since(day),
+                     daily_budget_usd=daily_budget_usd)
