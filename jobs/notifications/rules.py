@@ -30,7 +30,7 @@ _ALIASES = {"gave_up": GAVE_UP, "gaveup": GAVE_UP, "endpoint_idle": ENDPOINT_IDL
             "regressed": REGRESSION, "started": LAUNCHED, "launch": LAUNCHED, "fail": FAILED,
             "done": COMPLETED, "complete": COMPLETED, "interrupt": INTERRUPTED, "relaunch": RELAUNCHED}
 # <@U123|alice> (Slack's escaped mention), <@U123>, @U123, U123
-_MENTION = re.compile(r"<@([UW][A-Z0-9]+)(?:\|[^>]*)?>|@?([UW][A-Z0-9]{2,})")
+_MENTION = re.compile(r"<@([UW][A-Z0-9_]+)(?:\|[^>]*)?>|@?([UW][A-Z0-9_]{2,})")
 _NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,128}")
 
 USAGE = (
