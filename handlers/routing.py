@@ -213,7 +213,7 @@ def deliver(services: Services, chat: Chat, notification: Notification) -> None:
         return
     lineage = _lineage(services, notification.lineage_id)
     text = str(payload.get("text") or "").replace("{link}", thread_link(chat, lineage))
-    chat.post(channel, bk.fallback(text), blocks=[bk.section(text)])
+    chat.post(channel, bk.fallback(text))  # one line of mrkdwn: Slack renders a message's text as such
 
 
 def thread_link(chat: Chat, lineage: Lineage | None) -> str:
