@@ -1,9 +1,10 @@
 """Delivers the watcher's due outbox notifications into each lineage's thread.
 
 For each one: a thread reply rendered for its kind, the card redrawn in place, a DM to the launcher when
-the job ended and they want one (handlers/routing.py decides), the loss-curve PNG with the final report, and
-the fan-out to subscribed channels (routing.fan_out queues their lines through this same outbox). A chat error defers the
-notification with a backoff (the steps already done are remembered), so an outage delays and never drops.
+the job ended and they want one (handlers/routing.py decides), the loss-curve PNG with the final report,
+then the fan-out to subscribed channels (routing.fan_out queues their lines through this same outbox). A chat
+error defers the notification with a backoff (the steps already done are remembered), so an outage delays
+and never drops.
 """
 
 from __future__ import annotations

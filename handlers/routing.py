@@ -137,6 +137,8 @@ def _lineage(services: Services, lineage_id: str | None) -> Lineage | None:
 
 
 def _common(lineage: Lineage) -> dict[str, Any]:
+    """The values every job line takes. `{link}` stays a placeholder: the thread's link is filled in when the
+    line is delivered, when the job's card (and so its permalink) is sure to exist."""
     spec = lineage.spec
     return {"lineage": lineage.id, "who": mention(lineage.launched_by), "model": bk.escape(spec.model),
             "count": spec.instance_count, "instance": spec.instance_type, "spot": " (spot)" if spec.spot else "",
