@@ -209,6 +209,28 @@ def test_dm_off_silences_even_a_failure(rig: Rig) -> None:
     assert rig.slack.calls_to("conversations.open") == [] and "failed" in rig.posts_to("C_ML")[-1]["text"]
 
 
+def test_a_failed_jobs_report_has_its_last_10_lines_and_its_card_a_logs_button(rig: Rig) -> None:
+    lineage = launch_from_slack(rig, "distilbert-spot")
+    assert rig.world is not None
+    rig.world.backend.set_logs(f"{lineage.id}-1", [f"log line {i}" for i in range(1, 61)])
+    rig.world.backend.set_remote(f"{lineage.id}-1", RemoteStatus.FAILED, failure_reason="AlgorithmError: boom")
+    cycle(rig)
+    rig.deliver()
+    card = rig.world.jobs.get(lineage.id).message_ts
+    report = next(p for p in rig.posts_to("C_ML") if p.get("thread_ts") == card and "AlgorithmError" in p["text"])
+    shown = json.dumps(report["blocks"])
+    assert "log line 51" in shown and "log line 60" in shown and "log line 50" not in shown
+    redrawn = rig.slack.calls_to("chat.update")[-1].params
+    logs, = [b for b in buttons_in(redrawn["blocks"]) if b["action_id"] == cards.ACTION_LOGS]
+    status, _ = rig.bot.post(block_action(cards.ACTION_LOGS, logs["value"], ephemeral=False, message_ts=str(card)))
+    assert status == 200
+    rig.slack.wait_calls("chat.postEphemeral", 2)  # "Reading ...", then the lines
+    rig.settle()
+    reading, told = sorted((c.params for c in rig.slack.calls_to("chat.postEphemeral")), key=lambda p: "blocks" in p)
+    assert reading["text"] == f"Reading the last 40 lines of {lineage.id}-1's log…"
+    assert told["user"] == "U_ALICE" and "log line 21" in json.dumps(told["blocks"])
+
+
 # ---------------------------------------------------------------- /logs on CloudWatch (moto)
 
 
