@@ -21,6 +21,7 @@ from handlers import blocks as bk
 from handlers import cards, endpoints, texts
 from handlers.chat import ChatUnavailable, HomeChat, Reply
 from handlers.context import CommandContext, Services
+from jobs.budget import SpendLedger
 from jobs.errors import TrainbotError
 from jobs.planning.pricing import usd
 from jobs.records import Actor
@@ -125,7 +126,8 @@ def _ended_at(lineage: Lineage) -> datetime:
 
 
 def _spend(services: Services, now: datetime) -> list[bk.Block]:
-    spend = team_spend(services.store, now, daily_budget_usd=services.settings.trainbot_daily_budget_usd)
+    ledger = SpendLedger.from_settings(services.store, services.clock, services.settings)
+    spend = team_spend(services.store, ledger, now, daily_budget_usd=services.settings.trainbot_daily_budget_usd)
     lines = [texts.HOME_SPEND_LINE.format(today=usd(spend.today_usd), week=usd(spend.week_usd))]
     if spend.daily_budget_usd:
         lines.append(texts.HOME_BUDGET_LINE.format(

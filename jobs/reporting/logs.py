@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from jobs.errors import BadInput, InvalidState
-from jobs.records import AttemptStatus
+from jobs.lifecycle.state import AttemptStatus
 
 if TYPE_CHECKING:
     from jobs.backend import TrainingBackend

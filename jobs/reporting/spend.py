@@ -1,5 +1,5 @@
 """What jobs have cost so far: one lineage (the App Home's running jobs) and the team, today and this week
-(the App Home's spend line, against TRAINBOT_DAILY_BUDGET_USD).
+(the App Home's spend line), next to what the daily budget checks (jobs/budget.py's ledger).
 
 An ended attempt costs its billable seconds; a running one costs the time since it was created, at the
 typical spot price when it is spot (SageMaker bills it at the end; this is the figure so far). An attempt
@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, time, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
+from jobs.budget import SpendLedger, start_of_utc_day
 from jobs.errors import TrainbotError
+from jobs.lifecycle.state import AttemptStatus
 from jobs.planning.pricing import cost_of
 
 if TYPE_CHECKING:
@@ -21,19 +23,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How many recent lineages the team figures read (newest first); more than a busy team starts in a week.
-RECENT_LINEAGES = 2000
-
 
 @dataclass(frozen=True)
 class TeamSpend:
-    today_usd: float
-    week_usd: float
-    committed_today_usd: float  # worst-case estimates of today's launches: what the daily budget checks
+    today_usd: float  # billed, or running so far, by attempts created today
+    week_usd: float  # the same since Monday
+    committed_today_usd: float  # what the daily budget checks: the most today's attempts and endpoints may cost
     daily_budget_usd: float | None
 
 
 def attempt_cost_so_far(attempt: Attempt, instance_count: int, now: datetime) -> float:
+    if attempt.status is AttemptStatus.LAUNCH_FAILED:
+        return 0.0  # no job ever ran
     if attempt.status.is_terminal():
         seconds = float(attempt.billable_seconds or 0)
     else:
@@ -49,27 +50,18 @@ def lineage_cost_so_far(lineage: Lineage, now: datetime) -> float:
     return sum(attempt_cost_so_far(a, lineage.spec.instance_count, now) for a in lineage.attempts)
 
 
-def start_of_day(now: datetime) -> datetime:
-    return datetime.combine(now.astimezone(timezone.utc).date(), time.min, tzinfo=timezone.utc)
-
-
 def start_of_week(now: datetime) -> datetime:
-    day = start_of_day(now)
+    day = start_of_utc_day(now)
     return day - timedelta(days=day.weekday())
 
 
-def team_spend(store: Store, now: datetime, *, daily_budget_usd: float | None) -> TeamSpend:
-    day, week = start_of_day(now), start_of_week(now)
-    lineages = {ln.id: ln for ln in store.list_lineages(limit=RECENT_LINEAGES)}
-    lineages.update({ln.id: ln for ln in store.list_lineages(active_only=True, limit=RECENT_LINEAGES)})
+def team_spend(store: Store, ledger: SpendLedger, now: datetime, *, daily_budget_usd: float | None) -> TeamSpend:
+    day = start_of_utc_day(now)
     today = this_week = 0.0
-    for lineage in lineages.values():
-        for attempt in lineage.attempts:
-            if attempt.created_at < week:
-                continue
-            cost = attempt_cost_so_far(attempt, lineage.spec.instance_count, now)
-            this_week += cost
-            if attempt.created_at >= day:
-                today += cost
-    return TeamSpend(today_usd=today, week_usd=this_week, committed_today_usd=store.estimated_spend_since(day),
+    for attempt, spec in store.attempts_created_since(start_of_week(now)):
+        cost = attempt_cost_so_far(attempt, spec.instance_count, now)
+        this_week += cost
+        if attempt.created_at >= day:
+            today += cost
+    return TeamSpend(today_usd=today, week_usd=this_week, committed_today_usd=ledger.spent_today(now),
                      daily_budget_usd=daily_budget_usd)

@@ -14,7 +14,8 @@ from handlers import cards, router
 from handlers.blocks import buttons_in
 from handlers.home import HomeRefresher, home_blocks
 from jobs.errors import CapacityError
-from jobs.records import AttemptStatus, LineageStatus
+from jobs.lifecycle import state as st
+from jobs.lifecycle.state import LineageStatus
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, World, make_world, walk_limits
 from tests.jobs.fakes import ScriptedBackend
 
@@ -39,11 +40,12 @@ def flat(blocks: list[dict]) -> str:
 
 
 def end(world: World, lineage_id: str, status: LineageStatus, *, billable: int = 3600) -> None:
+    """What the watcher records when the backend says the job completed or failed."""
     job = world.jobs.get(lineage_id).attempts[-1].job_name
-    attempt = AttemptStatus.COMPLETED if status is LineageStatus.COMPLETED else AttemptStatus.FAILED
-    world.store.transition_attempt(job, [AttemptStatus.RUNNING], attempt, billable_seconds=billable,
-                                   training_seconds=billable)
-    world.store.transition_lineage(lineage_id, [LineageStatus.RUNNING], status)
+    completed = status is LineageStatus.COMPLETED
+    world.store.transition_attempt(job, st.ATTEMPT_COMPLETED if completed else st.ATTEMPT_FAILED,
+                                   billable_seconds=billable, training_seconds=billable)
+    assert world.store.transition_lineage(lineage_id, st.COMPLETE if completed else st.FAIL)
 
 
 # ---------------------------------------------------------------- the home
@@ -65,7 +67,7 @@ def test_the_home_names_the_persons_jobs_and_nobody_elses(world: World) -> None:
     # distilbert-spot: half an hour of 1 x ml.p3.2xlarge at the spot price ($1.15/h); bert-squad: one billed
     # hour of 1 x ml.p3.16xlarge; Bob's roberta-mnli: half an hour of 2 x ml.p3.16xlarge, in the team's figure.
     assert "$0.57 so far" in text and "$28.15 \u00b7 ended" in text
-    assert "Today $56.88 \u00b7 this week $56.88" in text and "of the $5,000.00 daily budget (41%)" in text
+    assert "Today $56.88 \u00b7 this week $56.88" in text and "of the $5,000.00 daily budget (28%)" in text
     assert "No endpoints are up." in text and "No schedules." in text
     assert bobs.id in flat(home_blocks(world.services, BOB)) and running.id not in flat(home_blocks(world.services, BOB))
 

@@ -15,7 +15,8 @@ from handlers import router
 from handlers.notify import deliver_due
 from jobs.endpoints import texts as endpoint_texts
 from jobs.lifecycle import events
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.lifecycle import state as st
+from jobs.records import Actor
 from jobs.schedules.service import ScheduleService
 from jobs.store.store import Lineage
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, RecordingChat, Said, World, make_world
@@ -191,9 +192,8 @@ def test_a_scheduled_run_that_regressed_is_routed_as_regression(world: World) ->
         lineage = schedules.run_now("nightly", actor=ALICE)
         world.jobs.attach_message(lineage.id, CHANNEL, CARD_TS)
         job = lineage.attempts[-1].job_name
-        world.store.transition_attempt(job, [AttemptStatus.RUNNING], AttemptStatus.COMPLETED,
-                                       metrics={"eval_accuracy": accuracy})
-        world.store.transition_lineage(lineage.id, [LineageStatus.RUNNING], LineageStatus.COMPLETED)
+        world.store.transition_attempt(job, st.ATTEMPT_COMPLETED, metrics={"eval_accuracy": accuracy})
+        world.store.transition_lineage(lineage.id, st.COMPLETE)
         enqueue(world, lineage, events.completed(lineage.id, job, report(lineage), None), lineage.id)
         runs.append(lineage)
     deliver_all(world)
