@@ -88,7 +88,7 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     work = BackgroundWork()
     world = make_world(tmp_path, run_later=work, slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET,
                        slack_api_url=slack.base_url, trainbot_admins=("U_ADMIN",))
-    watcher = Watcher(world.store, world.backend, world.jobs, world.clock, world.settings)
+    watcher = Watcher(world.store, world.backend, world.clock, world.settings)
     try:
         with running_bot(world.services, world.settings, slack, work) as (chat, bot, home):
             yield Rig(slack, world.services, world.store, chat, bot, work, home, world, watcher)
