@@ -1,6 +1,10 @@
 """The App Home on Slack: `app_home_opened` publishes the person's home (views.publish), and the tab's buttons
 (Stop, Undeploy) go through the same router as a card's, answered by a DM because a home tab has no channel.
 
+Its actor is `via="home"` with no channel: TRAINBOT_ALLOWED_USERS applies there as everywhere, while
+TRAINBOT_ALLOWED_CHANNELS, a rule about channels, has nothing to apply to (jobs.permissions refuses a channel-less
+`slack` actor, so the home is its own surface rather than a Slack actor without a channel).
+
 Both run off the ack path (services.run_later). The refresher (handlers/home.py) publishes again when the
 person's jobs change; `trainbot serve` runs its loop.
 """
@@ -15,6 +19,7 @@ from slack_bolt import Ack, App
 
 from handlers import router
 from handlers.chat import ChatUnavailable
+from handlers.context import CommandContext
 from handlers.home import HomeRefresher
 from jobs.records import Actor
 
@@ -22,6 +27,8 @@ if TYPE_CHECKING:
     from bot.slack_app import SlackSurface
 
 log = logging.getLogger(__name__)
+
+HOME_VIA = "home"  # Actor.via of the App Home tab: Slack's, but no channel
 
 
 def register(app: App, surface: SlackSurface, refresher: HomeRefresher) -> None:
@@ -46,7 +53,7 @@ class HomeTab:
             return  # the Messages tab opened: nothing to publish
         user = str(event.get("user") or "")
         if user:
-            actor = self.surface.context(user, "").actor
+            actor = self._actor(user)
             self.surface.services.run_later(lambda: self._publish(actor))
 
     def on_action(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
@@ -62,7 +69,7 @@ class HomeTab:
         except ChatUnavailable as exc:
             log.warning("no DM channel with %s for a home tab answer: %s", user, exc)
             channel = ""
-        ctx = self.surface.context(user, channel)
+        ctx = CommandContext(actor=self._actor(user), channel_id=channel, services=self.surface.services, chat=chat)
         reply = router.run_action(ctx, action_id, value)
         if reply is not None and channel:
             try:
@@ -73,3 +80,6 @@ class HomeTab:
 
     def _publish(self, actor: Actor) -> None:
         self.refresher.opened(actor)
+
+    def _actor(self, user: str) -> Actor:
+        return Actor(user_id=user, channel_id=None, groups=self.surface.groups.groups_of(user), via=HOME_VIA)

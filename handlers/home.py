@@ -22,7 +22,7 @@ from handlers import cards, endpoints, texts
 from handlers.chat import ChatUnavailable, HomeChat, Reply
 from handlers.context import CommandContext, Services
 from jobs.budget import SpendLedger
-from jobs.errors import TrainbotError
+from jobs.errors import PermissionDenied, TrainbotError
 from jobs.planning.pricing import usd
 from jobs.records import Actor
 from jobs.reporting.spend import lineage_cost_so_far, team_spend
@@ -66,6 +66,11 @@ def home_view(services: Services, actor: Actor) -> dict[str, Any]:
 
 
 def home_blocks(services: Services, actor: Actor) -> list[bk.Block]:
+    """The page; a person outside TRAINBOT_ALLOWED_USERS gets the refusal sentence alone."""
+    try:
+        services.jobs.policy.check_can_use(actor)
+    except PermissionDenied as exc:
+        return [bk.header(texts.HOME_TITLE), bk.section(bk.escape(exc.user_message()))]
     now = services.clock.now()
     mine = [ln for ln in services.store.list_lineages(limit=LINEAGES_READ) if ln.launched_by == actor.user_id]
     body: list[bk.Block] = [

@@ -15,6 +15,7 @@ outage, paced per channel by the chat. Which outbox kinds are which event:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,15 +208,18 @@ def _reason(payload: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- delivering a routed line
 
 
-def deliver(services: Services, chat: Chat, notification: Notification) -> None:
-    """Post one routed line into its channel, with the link to the job's thread as it is now."""
+def deliver(services: Services, chat: Chat, notification: Notification, *,
+            post: Callable[[str, str], object] | None = None) -> None:
+    """Post one routed line into its channel, with the link to the job's thread as it is now. ``post`` is
+    the outbox's (it marks the post so a retry finds it instead of posting again); plain chat.post without."""
     payload = notification.payload
     channel = str(payload.get("channel") or notification.channel or "")
     if not channel:
         return
     lineage = _lineage(services, notification.lineage_id)
-    text = str(payload.get("text") or "").replace("{link}", thread_link(chat, lineage))
-    chat.post(channel, bk.fallback(text))  # one line of mrkdwn: Slack renders a message's text as such
+    text = bk.fallback(str(payload.get("text") or "").replace("{link}", thread_link(chat, lineage)))
+    # One line of mrkdwn, no blocks: Slack renders a message's text as mrkdwn.
+    (post or (lambda where, line: chat.post(where, line)))(channel, text)
 
 
 def thread_link(chat: Chat, lineage: Lineage | None) -> str:

@@ -15,22 +15,27 @@ from functools import cache
 from typing import Any
 
 from jobs.errors import SpecError
-from jobs.planning.hyperparameters import check_plain_text, check_reserved, check_script_argument
+from jobs.planning.hyperparameters import (
+    HP_NAME,
+    KNOWN_HYPERPARAMETERS,
+    HpValue,
+    auto_value,
+    check_plain_text,
+    check_reserved,
+    check_script_argument,
+    coerce_hyperparameter,
+    parse_bool,
+    parse_float,
+    parse_int,
+    show,
+)
 from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
 from jobs.planning.spec import (
     DEFAULT_MAX_INSTANCES,
-    HP_NAME,
-    KNOWN_HYPERPARAMETERS,
     MP_ENUMS,
     MP_INTS,
     MP_KEYS,
-    HpValue,
     JobSpec,
-    auto_value,
-    coerce_hyperparameter,
-    parse_bool,
-    parse_int,
-    show,
     spec_from_fields,
 )
 
@@ -96,6 +101,10 @@ def _version(raw: str, key: str) -> str:
     return text
 
 
+def _minutes(raw: str, key: str) -> float:
+    return float(parse_float(raw, key))
+
+
 def _py_version(raw: str, key: str) -> str:
     text = raw.strip().lower().removeprefix("python").removeprefix("py").replace(".", "")
     if not (text.isascii() and text.isdigit() and 2 <= len(text) <= 3):
@@ -157,6 +166,8 @@ def _spec_keys() -> list[Key]:
         Key("pytorch_version", _version, "the container's PyTorch version, e.g. 2.0.0.", ("pytorch", "torch")),
         Key("py_version", _py_version, "the container's Python, e.g. py310.", ("python", "py")),
         Key("processes_per_host", parse_int, "model parallel: processes per instance (default 8).", ("processes",)),
+        Key("checkpoint_minutes", _minutes, "save a checkpoint at least this often, in minutes (fractions allowed; spot default 10)."),
+        Key("volume_size", parse_int, "GB of disk for the instances (default: sized to the model and its checkpoints).", ("disk",)),
         Key("notify", _choice(NOTIFY_WORDS), "dm: a direct message to you when the job ends (none: no DM at all, whatever /notify dm says)."),
     ]
 

@@ -81,13 +81,13 @@ def running_bot(services: Services, settings: Settings, slack: SlackApiServer, w
         bot.stop()
 
 
-@pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
+@contextlib.contextmanager
+def scripted_rig(tmp_path: Path, **settings: object) -> Iterator[Rig]:
     """The bot on the scripted backend peer, with the real watcher."""
     slack = SlackApiServer().start()
     work = BackgroundWork()
     world = make_world(tmp_path, run_later=work, slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET,
-                       slack_api_url=slack.base_url, trainbot_admins=("U_ADMIN",))
+                       slack_api_url=slack.base_url, trainbot_admins=("U_ADMIN",), **settings)
     watcher = Watcher(world.store, world.backend, world.clock, world.settings)
     try:
         with running_bot(world.services, world.settings, slack, work) as (chat, bot, home):
@@ -95,6 +95,12 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     finally:
         work.shutdown()
         slack.stop()
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    with scripted_rig(tmp_path) as made:
+        yield made
 
 
 def launch_from_slack(rig: Rig, text: str, user: str = "U_ALICE") -> Lineage:
@@ -164,6 +170,26 @@ def test_a_stop_pressed_on_the_home_tab_is_answered_by_dm(rig: Rig) -> None:
     answer, = rig.posts_to("DU_ALICE")
     assert opened.params["users"] == "U_ALICE" and f"Stopping {lineage.id}" in answer["text"]
     assert rig.world.backend.stopped == [f"{lineage.id}-1"]
+
+
+def test_the_home_honours_the_allowed_users_and_is_no_channel(tmp_path: Path) -> None:
+    with scripted_rig(tmp_path, trainbot_allowed_users=("U_ALICE",), trainbot_allowed_channels=("C_ML",)) as rig:
+        assert rig.world is not None
+        lineage = rig.world.jobs.launch("distilbert-spot", actor=ALICE)
+        rig.bot.post_event(home_opened("U_BOB"))
+        refused, = rig.slack.wait_calls("views.publish")
+        assert "not allowed to use trainbot" in json.dumps(refused.params["view"]["blocks"])
+        assert lineage.id not in json.dumps(refused.params["view"]["blocks"])
+        # The home tab is not a channel: TRAINBOT_ALLOWED_CHANNELS does not stop Alice's Stop there.
+        rig.bot.post(home_action(cards.ACTION_STOP, lineage.id))
+        rig.slack.wait_calls("views.publish", 2)
+        rig.settle()
+        assert f"Stopping {lineage.id}" in rig.posts_to("DU_ALICE")[0]["text"]
+        assert rig.world.backend.stopped == [f"{lineage.id}-1"]
+        rig.bot.post(home_action(cards.ACTION_STOP, lineage.id, user="U_BOB"))
+        rig.slack.wait_calls("views.publish", 3)
+        rig.settle()
+        assert "not allowed" in rig.posts_to("DU_BOB")[0]["text"]
 
 
 # ---------------------------------------------------------------- /notify and DMs

@@ -13,9 +13,11 @@ import pytest
 from handlers import cards, router
 from handlers.blocks import buttons_in
 from handlers.home import HomeRefresher, home_blocks
+from jobs.budget import SpendLedger
 from jobs.errors import CapacityError
 from jobs.lifecycle import state as st
 from jobs.lifecycle.state import LineageStatus
+from jobs.planning.pricing import usd
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, World, make_world, walk_limits
 from tests.jobs.fakes import ScriptedBackend
 
@@ -55,7 +57,7 @@ def test_the_home_names_the_persons_jobs_and_nobody_elses(world: World) -> None:
     running = world.jobs.launch("distilbert-spot", actor=ALICE)
     done = world.jobs.launch("bert-squad instances=1", actor=ALICE)
     end(world, done.id, LineageStatus.COMPLETED)
-    bobs = world.jobs.launch("roberta-mnli", actor=BOB)
+    bobs = world.jobs.launch("roberta-mnli instances=2", actor=BOB)
     world.clock.advance(1800)
     blocks = home_blocks(world.services, ALICE)
     walk_limits(blocks, max_blocks=100)
@@ -67,7 +69,9 @@ def test_the_home_names_the_persons_jobs_and_nobody_elses(world: World) -> None:
     # distilbert-spot: half an hour of 1 x ml.p3.2xlarge at the spot price ($1.15/h); bert-squad: one billed
     # hour of 1 x ml.p3.16xlarge; Bob's roberta-mnli: half an hour of 2 x ml.p3.16xlarge, in the team's figure.
     assert "$0.57 so far" in text and "$28.15 \u00b7 ended" in text
-    assert "Today $56.88 \u00b7 this week $56.88" in text and "of the $5,000.00 daily budget (28%)" in text
+    assert "Today $56.88 \u00b7 this week $56.88" in text
+    committed = SpendLedger.from_settings(world.store, world.clock, world.settings).spent_today(world.clock.now())
+    assert f"could cost up to {usd(committed)} of the $5,000.00 daily budget ({committed / 50:.0f}%)" in text
     assert "No endpoints are up." in text and "No schedules." in text
     assert bobs.id in flat(home_blocks(world.services, BOB)) and running.id not in flat(home_blocks(world.services, BOB))
 
