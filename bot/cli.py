@@ -81,6 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     stop = add("stop", _cmd_stop, "stop a job (lineage id or SageMaker job name)")
     stop.add_argument("job")
+    logs = add("logs", _cmd_logs, "the last lines of a job's log, every host's labelled (lineage id or job name)")
+    logs.add_argument("job")
+    logs.add_argument("--lines", "-n", default=None, metavar="N", help="lines per host (default 40, at most 500)")
     watch = add("watch", _cmd_watch, "watch jobs, recover spot jobs and report (--once: one cycle)")
     watch.add_argument("--once", action="store_true")
     deploy = add("deploy", _cmd_deploy, "deploy a completed job to an endpoint; prints its name last")
@@ -197,6 +200,16 @@ def _cmd_stop(args: argparse.Namespace, settings: Settings) -> int:
     runtime = _runtime(settings)
     lineage = runtime.jobs.stop(args.job, actor=_cli_actor())
     print(f"{lineage.id}: stop requested")
+    return 0
+
+
+def _cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.reporting.logs import attempt_for, check_lines, read_job_logs
+
+    lines = check_lines(args.lines)
+    runtime = _runtime(settings)
+    lineage = runtime.jobs.get(args.job)
+    print(read_job_logs(lineage, attempt_for(lineage, args.job), runtime.backend, lines).to_text())
     return 0
 
 

@@ -29,6 +29,7 @@ from bot import slack_requests
 from bot.slack_app import create_app
 from bot.slack_chat import SlackChat, make_web_client
 from handlers.context import Services
+from handlers.home import HomeRefresher
 from jobs.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -215,6 +216,7 @@ class SlackParts:
     chat: SlackChat
     services: Services
     app: App
+    home: HomeRefresher
 
 
 def build_slack(runtime: Runtime, *, http: bool, client: WebClient | None = None,
@@ -226,8 +228,9 @@ def build_slack(runtime: Runtime, *, http: bool, client: WebClient | None = None
     services = runtime.services()
     if services.backend is None:
         services = dataclasses.replace(services, backend=runtime.backend)
-    app = create_app(settings, services, client=client, chat=chat, http=http, verify_token=verify_token)
-    return SlackParts(client=client, chat=chat, services=services, app=app)
+    home = HomeRefresher(services, chat)
+    app = create_app(settings, services, client=client, chat=chat, http=http, verify_token=verify_token, home=home)
+    return SlackParts(client=client, chat=chat, services=services, app=app, home=home)
 
 
 def _check_settings(runtime: Runtime, *, http: bool) -> None:
@@ -244,6 +247,8 @@ def serve(runtime: Runtime, *, http: bool, port: int, host: str = "0.0.0.0") -> 
     """Run until SIGTERM or SIGINT; returns the exit status."""
     parts = build_slack(runtime, http=http)
     runtime.start_background(parts.chat)
+    # Republishes the home tabs people opened when their jobs change (debounced; see handlers/home.py).
+    threading.Thread(target=parts.home.run, args=(runtime.stop_event,), name="trainbot-home", daemon=True).start()
     try:
         if http:
             _serve_http(runtime, parts, host=host, port=port)

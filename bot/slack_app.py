@@ -20,11 +20,13 @@ from slack_bolt.error import BoltUnhandledRequestError
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot import slack_home
 from bot.slack_chat import SlackChat
 from handlers import blocks as bk
 from handlers import router, train
 from handlers.chat import ChatUnavailable, Reply
 from handlers.context import CommandContext, Services
+from handlers.home import HomeRefresher
 from jobs.errors import TrainbotError
 from jobs.records import Actor
 from jobs.settings import Settings
@@ -71,7 +73,7 @@ class GroupDirectory:
 
 
 def create_app(settings: Settings, services: Services, *, client: WebClient, chat: SlackChat | None = None,
-               http: bool = True, verify_token: bool = True) -> App:
+               http: bool = True, verify_token: bool = True, home: HomeRefresher | None = None) -> App:
     """The Bolt app for HTTP (`http=True`: signed requests) or Socket Mode, on the injected WebClient."""
     secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
     app = App(
@@ -91,6 +93,7 @@ def create_app(settings: Settings, services: Services, *, client: WebClient, cha
     app.middleware(ignore_retries)
     for command in router.SLASH_COMMANDS:
         app.command(command)(surface.command_listener())
+    slack_home.register(app, surface, home or HomeRefresher(services, surface.chat))
     app.action(re.compile(".+"))(surface.on_action)
     app.view(re.compile(".+"))(surface.on_view)
     return app

@@ -118,6 +118,7 @@ class SlackChat:
         self._client = client
         self._pacer = pacer or ChannelPacer()
         self._dm_channels: dict[str, str] = {}
+        self._permalinks: dict[tuple[str, str], str] = {}
 
     @property
     def client(self) -> WebClient:
@@ -167,6 +168,22 @@ class SlackChat:
 
     def open_modal(self, trigger_id: str, view: dict[str, Any]) -> None:
         self._call("views.open", lambda: self._client.views_open(trigger_id=trigger_id, view=view))
+
+    def permalink(self, channel: str, ts: str) -> str | None:
+        """chat.getPermalink, remembered (a message's permalink never changes)."""
+        key = (channel, ts)
+        if key not in self._permalinks:
+            response = self._call("chat.getPermalink", lambda: self._client.chat_getPermalink(
+                channel=channel, message_ts=ts))
+            self._permalinks[key] = str(response["permalink"])
+        return self._permalinks[key]
+
+    def publish_home(self, user: str, view: dict[str, Any]) -> None:
+        self._call("views.publish", lambda: self._client.views_publish(user_id=user, view=view))
+
+    def dm_channel(self, user: str) -> str:
+        """The bot's direct-message channel with ``user`` (conversations.open, remembered)."""
+        return self._dm_channel(user)
 
     def _dm_channel(self, user: str) -> str:
         if user not in self._dm_channels:

@@ -19,6 +19,8 @@ ACTION_EDIT = "train.edit"
 ACTION_CANCEL = "train.cancel"
 ACTION_STOP = "job.stop"
 ACTION_DEPLOY = "job.deploy"
+ACTION_LOGS = "job.logs"
+ACTION_UNDEPLOY = "endpoint.undeploy"
 EDIT_CALLBACK = "train.edit_submit"
 
 
@@ -39,6 +41,8 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
         pairs.append(("Max wait", duration(spec.max_wait)))
     pairs.append(("Versions", f"transformers {spec.transformers_version}, pytorch {spec.pytorch_version}, "
                               f"{spec.py_version}"))
+    if spec.notify == "dm":
+        pairs.append(("Notify", "a DM when it ends"))
     if spec.hyperparameters:
         hps = ", ".join(f"{k}={v}" for k, v in spec.hyperparameters.items())
         pairs.append(("Hyperparameters", bk.escape(hps)))
@@ -142,6 +146,8 @@ def card_buttons(lineage: Lineage) -> list[bk.Block]:
         buttons.append(stop_button(lineage.id))
     if lineage.status.value == "completed":
         buttons.append(bk.button(texts.BUTTON_DEPLOY, ACTION_DEPLOY, lineage.id, style="primary"))
+    if lineage.status.value in ("failed", "gave_up"):
+        buttons.append(bk.button(texts.BUTTON_LOGS, ACTION_LOGS, lineage.id))
     return buttons
 
 

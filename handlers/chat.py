@@ -70,3 +70,19 @@ class Reply:
     text: str
     blocks: list[dict] = field(default_factory=list)
     ephemeral: bool = True
+
+
+@runtime_checkable
+class LinkingChat(Protocol):
+    """An optional extension: surfaces with message permalinks (Slack's chat.getPermalink)."""
+
+    def permalink(self, channel: str, ts: str) -> str | None:
+        """A URL of the message, or None when the chat cannot give one now."""
+        ...
+
+
+@runtime_checkable
+class HomeChat(Protocol):
+    """An optional extension: surfaces with a per-user home tab (Slack's views.publish)."""
+
+    def publish_home(self, user: str, view: dict[str, Any]) -> None: ...

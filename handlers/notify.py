@@ -1,8 +1,10 @@
 """Delivers the watcher's due outbox notifications into each lineage's thread.
 
 For each one: a thread reply rendered for its kind, the card redrawn in place, a DM to the launcher when
-the job failed or was given up on, and the loss-curve PNG with the final report. A chat error defers the
-notification with a backoff (the steps already done are remembered), so an outage delays and never drops.
+the job ended and they want one (handlers/routing.py decides), the loss-curve PNG with the final report,
+then the fan-out to subscribed channels (routing.fan_out queues their lines through this same outbox). A chat
+error defers the notification with a backoff (the steps already done are remembered), so an outage delays
+and never drops.
 
 A post whose answer was lost may still have been made. Where the chat can mark its posts (Slack, see
 handlers.chat.MarkingChat), every post carries its row and step, and a row that may have been tried
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from handlers import blocks as bk
-from handlers import cards, texts
+from handlers import cards, routing, texts
 from handlers.chat import Chat, ChatUnavailable, Mark, MarkingChat
 from handlers.context import Services
 from jobs.errors import NotFound
@@ -64,6 +66,8 @@ def deliver_one(services: Services, chat: Chat, notification: Notification) -> b
     done = _progress(services, notification)
     try:
         _deliver(services, chat, notification, done)
+        if notification.kind not in routing.KINDS:
+            _step(done, "route", lambda: routing.fan_out(services, notification))
     except _NotYet:
         store.defer(notification.id, until=services.clock.now() + CARD_WAIT, error="card not posted yet")
         return False
@@ -100,6 +104,10 @@ def _step(done: set[str], name: str, call: Callable[[], object]) -> None:
 
 
 def _deliver(services: Services, chat: Chat, notification: Notification, done: set[str]) -> None:
+    if notification.kind in routing.KINDS:  # a routed line for a subscribed channel
+        routing.deliver(services, chat, notification,
+                        post=lambda channel, text: _post(chat, notification, "post", channel, text))
+        return
     lineage = _lineage_of(services, notification)
     channel = (lineage.channel if lineage else None) or notification.channel
     if channel is None:
@@ -116,9 +124,9 @@ def _deliver(services: Services, chat: Chat, notification: Notification, done: s
         fresh = services.store.get_lineage(lineage.id)
         card_text, card_blocks = cards.launch_card(fresh)
         _step(done, "card", lambda: chat.update(channel, str(lineage.message_ts), card_text, blocks=card_blocks))
-    if notification.kind in (events.FAILED, events.GAVE_UP) and lineage is not None:
+    if lineage is not None and routing.wants_dm(services, notification.kind, lineage):
         _step(done, "dm", lambda: _dm(chat, notification, lineage.launched_by,
-                                      dm_text(notification.kind, lineage, payload)))
+                                      routing.dm_text(services, chat, notification.kind, lineage, payload)))
     png = payload.get("png_path")
     if notification.kind == events.COMPLETED and png and Path(png).is_file():
         title = texts.REPORT_PLOT_TITLE.format(lineage=payload.get("lineage_id", ""))
@@ -210,10 +218,3 @@ def logs_link(services: Services, job_name: object) -> str | None:
         log.warning("no console links for %s", job_name)
         return None
     return link if link and link.startswith(("http://", "https://")) else None
-
-
-def dm_text(kind: str, lineage: Lineage, payload: dict[str, Any]) -> str:
-    reason = str(payload.get("reason") or "no reason given")
-    where = texts.THREAD_LINK.format(channel=lineage.channel) if lineage.channel else lineage.id
-    template = texts.FAILED_DM if kind == events.FAILED else texts.GAVE_UP_DM
-    return bk.fallback(template.format(lineage=lineage.id, reason=bk.escape(reason), link=where))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from handlers import blocks as bk
-from handlers import cards, endpoints, jobs, schedule, texts, train
+from handlers import cards, endpoints, home, jobs, logs, schedule, subscriptions, texts, train
 from handlers.chat import Reply
 from handlers.context import CommandContext
 from jobs.errors import PermissionDenied, TrainbotError
@@ -35,6 +35,9 @@ COMMANDS: dict[str, CommandHandler] = {
     "predict": endpoints.handle_predict,
     "undeploy": endpoints.handle_undeploy,
     "schedule": schedule.handle_schedule,
+    "notify": subscriptions.handle_notify,
+    "logs": logs.handle_logs,
+    "home": home.handle_home,
 }
 
 ACTIONS: dict[str, ActionHandler] = {
@@ -43,6 +46,8 @@ ACTIONS: dict[str, ActionHandler] = {
     cards.ACTION_CANCEL: train.on_cancel,
     cards.ACTION_STOP: jobs.on_stop,
     cards.ACTION_DEPLOY: endpoints.on_deploy,
+    cards.ACTION_LOGS: logs.on_logs,
+    cards.ACTION_UNDEPLOY: home.on_undeploy,
 }
 
 SUBMISSIONS: dict[str, SubmissionHandler] = {

@@ -119,6 +119,11 @@ class LocalBackend:
     def log_tail(self, job_name: str, lines: int = 40) -> list[str]:
         return local_state.tail_lines(self._folder(job_name).log_path, lines)
 
+    def host_log_tails(self, job_name: str, lines: int) -> list[tuple[str, list[str]]]:
+        """One host here: the job's log file (every local process writes to it), labelled by its path."""
+        path = self._folder(job_name).log_path
+        return [(str(path), local_state.tail_lines(path, lines))]
+
     def metric_series(self, job_name: str) -> MetricSeries:
         return local_status.metric_series(self._folder(job_name).log_path)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import re
 import threading
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,8 @@ METRIC_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 PAGE_SIZE = 100  # ListTrainingJobs' maximum MaxResults
 RECENT = timedelta(days=30)  # list_changed(None): longer than SageMaker's 28-day maximum runtime
 METRIC_PERIOD_S = 60
+_STREAM_EPOCH = re.compile(r"-[0-9]{6,}$")
+_HOST_NUMBER = re.compile(r"/algo-([0-9]+)")
 
 
 class SageMakerBackend:
@@ -203,6 +206,17 @@ class SageMakerBackend:
         merged = heapq.merge(*tails, key=lambda event: event[0])
         return [message for _, message in list(merged)[-lines:]]
 
+    def host_log_tails(self, job_name: str, lines: int) -> list[tuple[str, list[str]]]:
+        """The last `lines` lines of each host's stream, labelled by host (`algo-1`, `algo-2`, ...)."""
+        if lines <= 0:
+            return []
+        ctx = self._ctx(f"read the logs of {job_name}", self._logs)
+        with aws_errors(ctx):
+            streams = sorted(self._log_streams(job_name), key=_host_order)
+            tails = [(stream, self._stream_tail(stream, lines)) for stream in streams]
+        labels = host_labels(job_name, streams)
+        return [(labels[stream], [message for _, message in events]) for stream, events in tails]
+
     def _log_streams(self, job_name: str) -> list[str]:
         names: list[str] = []
         paginator = self._logs.get_paginator("describe_log_streams")
@@ -305,6 +319,22 @@ def _input_channels(plan: LaunchPlan) -> dict[str, str] | None:
         if not uri.startswith("s3://"):
             raise SpecError(f"On SageMaker the {channel} data must be an s3:// prefix, not {uri!r}.")
     return inputs or None
+
+
+def host_labels(job_name: str, streams: list[str]) -> dict[str, str]:
+    """`<job>/algo-2-1700000000` -> `algo-2`; a host with several streams (SageMaker restarted it) keeps
+    the stream's suffix, so each label names one stream."""
+    hosts = {stream: stream.removeprefix(f"{job_name}/") for stream in streams}
+    short = {stream: _STREAM_EPOCH.sub("", name) for stream, name in hosts.items()}
+    counts: dict[str, int] = {}
+    for name in short.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {stream: short[stream] if counts[short[stream]] == 1 else hosts[stream] for stream in streams}
+
+
+def _host_order(stream: str) -> tuple[int, str]:
+    found = _HOST_NUMBER.search(stream)
+    return (int(found.group(1)) if found else 0, stream)
 
 
 def _metric_query(query_id: str, name: str, job_name: str) -> dict[str, Any]:

@@ -124,6 +124,8 @@ DISTRIBUTION_WORDS = {
     "ddp": "ddp", "torchrun": "ddp", "torch-distributed": "ddp",
 }
 
+NOTIFY_WORDS = {"dm": "dm", "none": "none", "no": "none", "off": "none"}
+
 
 # ---------------------------------------------------------------- the keys
 
@@ -166,6 +168,7 @@ def _spec_keys() -> list[Key]:
         Key("processes_per_host", parse_int, "model parallel: processes per instance (default 8).", ("processes",)),
         Key("checkpoint_minutes", _minutes, "save a checkpoint at least this often, in minutes (fractions allowed; spot default 10)."),
         Key("volume_size", parse_int, "GB of disk for the instances (default: sized to the model and its checkpoints).", ("disk",)),
+        Key("notify", _choice(NOTIFY_WORDS), "dm: a direct message to you when the job ends (none: no DM at all, whatever /notify dm says)."),
     ]
 
 

@@ -107,6 +107,7 @@ class JobSpec(BaseModel):
     dataset_revision: str | None = None
     checkpoint_minutes: float | None = None  # a checkpoint at least this often; default for spot jobs
     volume_size: int | None = None  # GB of disk; None: sized to the model (plan.volume_size_gb)
+    notify: Literal["dm", "none"] | None = None  # dm: a DM to the launcher when it ends; none: never
 
     @model_validator(mode="before")
     @classmethod

@@ -189,6 +189,8 @@ def test_the_manifest_declares_every_command_and_interactivity() -> None:
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     assert {"commands", "chat:write", "files:write", "im:write"} <= scopes
     assert {"channels:history", "groups:history", "im:history"} <= scopes  # looking for a lost post
+    assert manifest["features"]["app_home"]["home_tab_enabled"]
+    assert "app_home_opened" in manifest["settings"]["event_subscriptions"]["bot_events"]
 
 
 def test_serve_http_answers_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:

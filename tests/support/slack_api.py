@@ -257,6 +257,18 @@ class SlackApiServer:
     def _m_views_open(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"view": {"id": "V" + uuid.uuid4().hex[:8].upper(), **(params.get("view") or {})}}
 
+    def _m_views_publish(self, params: dict[str, Any]) -> dict[str, Any]:
+        view = params.get("view") or {}
+        return {"view": {"id": "V" + uuid.uuid4().hex[:8].upper(), "team_id": TEAM, **view}}
+
+    def _m_chat_getPermalink(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(params.get("channel", "")), str(params.get("message_ts", ""))
+        return {"channel": channel, "permalink": f"https://test.slack.com/archives/{channel}/p{ts.replace('.', '')}"}
+
+    def published_views(self, user: str | None = None) -> list[dict[str, Any]]:
+        """The views.publish calls' views (of one user), oldest first."""
+        return [c.params["view"] for c in self.calls_to("views.publish") if user is None or c.params["user_id"] == user]
+
     def _m_usergroups_list(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"usergroups": [{"id": gid, "users": users} for gid, users in self.usergroups.items()]}
 

@@ -127,6 +127,33 @@ def view_submission(
     }
 
 
+def event_callback(event: dict[str, Any], *, event_id: str = "Ev1") -> dict[str, Any]:
+    """An Events API delivery (JSON, signed like the rest), e.g. app_home_opened."""
+    return {
+        "token": "legacy",
+        "team_id": TEAM,
+        "api_app_id": "A0TEST",
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()),
+        "event": event,
+    }
+
+
+def home_opened(user: str = "U_ALICE", *, tab: str = "home") -> dict[str, Any]:
+    return event_callback({"type": "app_home_opened", "user": user, "channel": f"D{user}", "tab": tab,
+                           "event_ts": f"{time.time():.6f}"})
+
+
+def home_action(action_id: str, value: str, *, user: str = "U_ALICE") -> dict[str, Any]:
+    """A button pressed on the App Home tab (a view, not a message: there is no channel)."""
+    payload = block_action(action_id, value, user=user)
+    payload.pop("channel")
+    payload["container"] = {"type": "view", "view_id": "VHOME"}
+    payload["view"] = {"id": "VHOME", "type": "home", "blocks": [], "hash": "h"}
+    return payload
+
+
 def form_body(fields: dict[str, Any]) -> str:
     """A slash command's form as is; an interaction as Slack sends it: `payload=<json>`."""
     from urllib.parse import urlencode
@@ -191,6 +218,13 @@ class HttpBot:
     def post(self, fields: dict[str, Any], *, retry_num: int | None = None) -> tuple[int, str]:
         body = form_body(fields)
         return self.send(body, signed_headers(self.secret, body, retry_num=retry_num))
+
+    def post_event(self, envelope: dict[str, Any]) -> tuple[int, str]:
+        """An Events API request: a JSON body, signed."""
+        body = json.dumps(envelope)
+        headers = signed_headers(self.secret, body)
+        headers["Content-Type"] = "application/json"
+        return self.send(body, headers)
 
 
 class BackgroundWork:
