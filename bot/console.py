@@ -58,6 +58,7 @@ Commands (the same as in Slack):
   /train [PRESET] key=value ...   plan a job (presets: bert-squad, roberta-mnli, distilbert-spot); /train help
   /jobs [active]                  list jobs            /job ID      one job, its attempts and spec
   /stop ID                        stop a job           /deploy, /predict, /undeploy, /schedule  as in Slack
+  /recipe save NAME ARGS | list | show NAME | remove NAME   team recipes, then /train NAME key=value ...
 Buttons: type a card's button label to press it (launch, edit, cancel, stop, deploy); add a job id to
   pick the card, e.g. `stop $last`. Buttons you can press now: {labels}
 Console only:

@@ -27,7 +27,7 @@ EDIT_CALLBACK = "train.edit_submit"
 
 def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
     pairs = [
-        ("Task", spec.task),
+        ("Task", spec.task or "own code"),
         ("Model", bk.escape(spec.model)),
         ("Dataset", bk.escape(spec.train_data or spec.dataset)),
         ("Instances", f"{spec.instance_count} x {spec.instance_type}"),

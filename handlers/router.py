@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from handlers import blocks as bk
-from handlers import cards, endpoints, jobs, schedule, texts, train
+from handlers import cards, endpoints, jobs, recipe, schedule, texts, train
 from handlers.chat import Reply
 from handlers.context import CommandContext
 from jobs.errors import PermissionDenied, TrainbotError
@@ -31,6 +31,7 @@ COMMANDS: dict[str, CommandHandler] = {
     "predict": endpoints.handle_predict,
     "undeploy": endpoints.handle_undeploy,
     "schedule": schedule.handle_schedule,
+    "recipe": recipe.handle_recipe,
 }
 
 ACTIONS: dict[str, ActionHandler] = {

@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     # Local jobs train the tiny offline model unless hub models are asked for (and the hub is reachable).
     trainbot_local_hub: bool = False
     hf_hub_offline: bool = False
+    # Own code (code=): the URL prefixes it may come from; empty refuses own code.
+    trainbot_code_sources: IdList = ()
+    # Team recipes kept in git: a read-only YAML file of name -> /train arguments.
+    trainbot_recipes_file: Path | None = None
 
     @field_validator("trainbot_home")
     @classmethod
@@ -51,7 +55,9 @@ class Settings(BaseSettings):
         # Local jobs run in folders of their own; a relative home would mean another folder there.
         return value.expanduser().resolve()
 
-    @field_validator("trainbot_allowed_users", "trainbot_allowed_channels", "trainbot_admins", mode="before")
+    @field_validator(
+        "trainbot_allowed_users", "trainbot_allowed_channels", "trainbot_admins", "trainbot_code_sources", mode="before"
+    )
     @classmethod
     def _split_ids(cls, value: object) -> object:
         if isinstance(value, str):

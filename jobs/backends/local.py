@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from jobs.backends import local_state, local_status
+from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
+from jobs.backends.local_code import copy_code, job_hyperparameters, metric_scanner, save_metric_definitions
 from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner, training_command
 from jobs.backends.local_scaling import LocalLimits, LocalRun, is_offline, scale_plan, script_arguments
 from jobs.backends.local_state import JobFolder, JobState
 from jobs.clock import Clock
-from jobs.errors import BackendError, BadInput, InvalidState, NotFound
+from jobs.errors import BackendError, BadInput, InvalidState, NotFound, TrainbotError
 from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
@@ -65,6 +67,7 @@ class LocalBackend:
         self._python = python
         self._offline = offline
         self._limits = limits or LocalLimits()
+        self._code = CodeMaterializer(self._home, GitCodeSources(self._home), S3Tarballs(self._home, _s3_client))
 
     # ------------------------------------------------------------------ the port
 
@@ -81,7 +84,7 @@ class LocalBackend:
             shutil.rmtree(folder.path, ignore_errors=True)  # leftovers of a launch that died before its state
             try:
                 self._start(folder, plan)
-            except BackendError:
+            except TrainbotError:  # a refusal (the backend's or the code's): no half of a job stays
                 shutil.rmtree(folder.path, ignore_errors=True)  # no job exists: leave no half of one
                 raise
             except OSError as exc:
@@ -114,7 +117,8 @@ class LocalBackend:
         return local_state.tail_lines(self._folder(job_name).log_path, lines)
 
     def metric_series(self, job_name: str) -> MetricSeries:
-        return local_status.metric_series(self._folder(job_name).log_path)
+        folder = self._folder(job_name)
+        return local_status.metric_series(folder.log_path, metric_scanner(folder))
 
     def console_links(self, job_name: str) -> dict[str, str]:
         folder = self._folder(job_name)
@@ -159,7 +163,7 @@ class LocalBackend:
 
             assets = ensure_local_assets(self._home)
         run = scale_plan(plan, offline=offline, limits=self._limits, assets=assets)
-        entry_point = self._copy_code(folder, plan)
+        entry_point, code_env = copy_code(self._code, folder, plan)
         uri = plan.estimator.get("checkpoint_s3_uri")
         checkpoints = self.checkpoint_folder(uri) if uri else folder.path / "checkpoints"
         for path in (
@@ -170,7 +174,8 @@ class LocalBackend:
             checkpoints,
         ):
             path.mkdir(parents=True, exist_ok=True)
-        hps = {**run.hyperparameters, "checkpoint_dir": str(checkpoints)}
+        hps = job_hyperparameters(plan, run.hyperparameters, folder, checkpoints)
+        save_metric_definitions(folder, plan)
         (folder.config_dir / "hyperparameters.json").write_text(json.dumps(hps, indent=1))
         argv = training_command(
             self._python,
@@ -187,7 +192,7 @@ class LocalBackend:
             instance_type=str(plan.estimator.get("instance_type", "")),
             instance_count=int(plan.estimator.get("instance_count", 1)),
             spot=bool(plan.estimator.get("use_spot_instances")),
-            task=plan.spec.task,
+            task=plan.spec.task or "",
             processes=run.processes,
             offline=offline,
             note=run.note(),
@@ -197,21 +202,10 @@ class LocalBackend:
             transitions=[{"status": "Starting", "start": now.isoformat(), "end": None}],
         )
         folder.save(state)  # before the spawn: a crash in between leaves a record, never a stray process
-        env = self._environment(folder, run, hps, entry_point)
+        env = {**self._environment(folder, run, hps, entry_point), **code_env}
         state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
         folder.save(state)
         logger.info("launched local job %s (pid %s): %s", folder.name, state.pid, state.note)
-
-    def _copy_code(self, folder: JobFolder, plan: LaunchPlan) -> Path:
-        # A snapshot, as SageMaker uploads source_dir: editing training/ never changes a running job.
-        source = Path(str(plan.estimator.get("source_dir", "")))
-        entry = str(plan.estimator.get("entry_point", ""))
-        if not (source / entry).is_file():
-            raise BackendError(
-                f"The training script {entry} was not found in {source}; install trainbot with its training/ folder."
-            )
-        shutil.copytree(source, folder.code_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        return folder.code_dir / entry
 
     def _environment(
         self, folder: JobFolder, run: LocalRun, hps: dict[str, Any], entry: Path
@@ -362,6 +356,13 @@ class LocalBackend:
                 if state.pid is not None:
                     self._runner.signal_group(state.pid, SIGTERM)
             self._refresh_locked(folder)
+
+
+def _s3_client() -> Any:
+    # Built only when a local job's code is an s3:// tarball: the standard AWS chain, AWS_ENDPOINT_URL included.
+    from jobs.backends.sagemaker_session import make_boto_session
+
+    return make_boto_session().client("s3")
 
 
 def _hp_text(value: object) -> str:

@@ -12,15 +12,16 @@ import re
 import secrets
 from collections.abc import Callable
 from datetime import datetime, time, timezone
+from pathlib import Path
 from typing import Any
 
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock
 from jobs.errors import BudgetExceeded, InvalidState, NotFound, PermissionDenied, TrainbotError
 from jobs.permissions import AccessPolicy
-from jobs.planning.grammar import parse_command
 from jobs.planning.plan import LINEAGE_PLACEHOLDER, LaunchPlan, build_plan, checkpoint_uri
 from jobs.planning.pricing import check_job_budget, usd
+from jobs.planning.reader import CommandReader
 from jobs.planning.spec import JobSpec, spec_from_fields
 from jobs.records import Actor, AttemptStatus, LineageStatus
 from jobs.settings import Settings
@@ -37,7 +38,7 @@ _ACTIVE_LINEAGE = tuple(s for s in LineageStatus if not s.is_terminal())
 
 def default_lineage_id(spec: JobSpec) -> str:
     """``{preset or task-short}-{8 hex}``: readable in a list, unique, a valid job-name prefix."""
-    stem = spec.preset or _TASK_SHORT.get(spec.task, spec.task)
+    stem = spec.preset or _TASK_SHORT.get(spec.task or "", spec.task or Path(spec.entry or "job").stem)
     stem = re.sub(r"[^a-zA-Z0-9]+", "-", stem).strip("-")[: MAX_LINEAGE_ID - 9] or "job"
     return f"{stem}-{secrets.token_hex(4)}"
 
@@ -51,6 +52,7 @@ class JobService:
         settings: Settings,
         clock: Clock,
         new_lineage_id: Callable[[JobSpec], str] | None = None,
+        reader: CommandReader | None = None,
     ) -> None:
         self._store = store
         self._backend = backend
@@ -58,6 +60,10 @@ class JobService:
         self._clock = clock
         self._new_id = new_lineage_id or default_lineage_id
         self._policy = AccessPolicy.from_settings(settings)
+        # Recipes, the grammar, then own code allowed and pinned (bot.wiring passes the full one).
+        self._reader = reader or CommandReader.of(
+            max_instances=settings.trainbot_max_instances, code_sources=settings.trainbot_code_sources
+        )
 
     @property
     def policy(self) -> AccessPolicy:
@@ -85,7 +91,7 @@ class JobService:
         schedule: str | None = None,
     ) -> Lineage:
         """Check, record, launch. Same ``request_id`` twice -> the first lineage, no second launch."""
-        spec = self._parse(text_or_spec) if isinstance(text_or_spec, str) else text_or_spec
+        spec = self._reader.read(text_or_spec)
         self._guarded(actor, "launch", request_id or "-", lambda: self._policy.check_can_use(actor))
         if request_id is not None and (existing := self._store.find_by_request(request_id)) is not None:
             log.info("request %s already launched %s", request_id, existing.id)
@@ -304,7 +310,7 @@ class JobService:
             )
 
     def _parse(self, text: str) -> JobSpec:
-        return parse_command(text, max_instances=self._settings.trainbot_max_instances)
+        return self._reader.read(text)
 
     def _lineage_id(self, spec: JobSpec) -> str:
         lineage_id = self._new_id(spec)

@@ -15,6 +15,8 @@ from functools import cache
 from typing import Any
 
 from jobs.errors import SpecError
+from jobs.planning.metrics import parse_metrics_value
+from jobs.planning.own_code import check_entry, parse_code
 from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
 from jobs.planning.spec import (
     DEFAULT_MAX_INSTANCES,
@@ -35,6 +37,9 @@ from jobs.planning.spec import (
 
 COMMAND = "/train"
 EXAMPLE = "/train bert-squad instances=4 spot=yes"
+
+#: A team recipe's name -> its saved /train arguments (None: no such recipe); see jobs.recipes.
+RecipeLookup = Callable[[str], str | None]
 
 _SLACK_TRANSLATION = str.maketrans(
     {
@@ -102,6 +107,20 @@ def _py_version(raw: str, key: str) -> str:
     return f"py{text}"
 
 
+def _code(raw: str, key: str) -> str:
+    text = raw.strip()
+    parse_code(text)
+    return text
+
+
+def _entry(raw: str, key: str) -> str:
+    return check_entry(raw.strip())
+
+
+def _metrics(raw: str, key: str) -> dict[str, str]:
+    return parse_metrics_value(raw, key)
+
+
 TASK_WORDS = {
     "question-answering": "question-answering", "qa": "question-answering",
     "text-classification": "text-classification", "classification": "text-classification",
@@ -154,6 +173,12 @@ def _spec_keys() -> list[Key]:
         Key("pytorch_version", _version, "the container's PyTorch version, e.g. 2.0.0.", ("pytorch", "torch")),
         Key("py_version", _py_version, "the container's Python, e.g. py310.", ("python", "py")),
         Key("processes_per_host", parse_int, "model parallel: processes per instance (default 8).", ("processes",)),
+        Key("code", _code, "your own training code: git+https://HOST/REPO.git@REF (a branch, tag or commit; also "
+            "git+ssh:// and git+file://) or s3://BUCKET/KEY.tar.gz, from the sources in TRAINBOT_CODE_SOURCES."),
+        Key("entry", _entry, "own code: the script to run, its path in the code, "
+            "e.g. examples/pytorch/question-answering/run_qa.py."),
+        Key("metrics", _metrics, "metrics of your own: NAME:REGEX,... with one (group) around the number, "
+            "e.g. metrics='f1:eval_f1=([0-9.]+)'."),
     ]
 
 
@@ -222,7 +247,7 @@ class _Command:
     """What the tokens said so far: the fields, and which token set each one."""
 
     fields: dict[str, Any]
-    preset: str | None = None
+    preset: str | None = None  # the preset or team recipe the command started from
     given: dict[str, str] = field(default_factory=dict)  # canonical key -> the token that set it
 
 
@@ -239,27 +264,42 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
-def parse_command(text: str, *, max_instances: int = DEFAULT_MAX_INSTANCES) -> JobSpec:
-    """``/train [PRESET] key=value ...`` -> a validated JobSpec; SpecError (one sentence) otherwise."""
+def parse_command(
+    text: str, *, max_instances: int = DEFAULT_MAX_INSTANCES, recipes: RecipeLookup | None = None
+) -> JobSpec:
+    """``/train [PRESET|RECIPE] key=value ...`` -> a validated JobSpec; SpecError (one sentence) otherwise.
+
+    ``recipes`` looks a team recipe up by name; its saved arguments are read first, and the keys typed
+    after its name override them, as they override a preset's."""
+    return spec_from_fields(parse_fields(text, recipes=recipes), max_instances=max_instances)
+
+
+def parse_fields(text: str, *, recipes: RecipeLookup | None = None) -> dict[str, Any]:
+    """The raw spec fields of a command (before validation)."""
     tokens = tokenize(text)
     if not tokens:
         raise SpecError(f"Type a preset ({', '.join(PRESETS)}) and key=value options, e.g. {EXAMPLE}, or help.")
     if tokens[0].lower() == "help":
         raise SpecError(f"help is not a job: {COMMAND} help lists the keys and presets; to train, e.g. {EXAMPLE}.")
-    command = _start(tokens[0])
+    command = _start(tokens[0], recipes)
     for token in tokens[1:] if command.preset else tokens:
         _apply(command, token)
     _drop_inapplicable_preset_fields(command)
-    return spec_from_fields(command.fields, max_instances=max_instances)
+    return command.fields
 
 
-def _start(first: str) -> _Command:
+def _start(first: str, recipes: RecipeLookup | None) -> _Command:
     if first in PRESETS:
         return _Command(fields=preset_fields(first), preset=first)
+    recipe = recipes(first) if recipes is not None and "=" not in first else None
+    if recipe is not None:
+        # The recipe's own arguments are a base layer: keys typed after its name override them.
+        return _Command(fields=parse_fields(recipe), preset=first)
     if "=" not in first and _lookup(first) is None:
+        recipe_hint = " and this team's recipes (/recipe list)" if recipes is not None else ""
         raise SpecError(
             f"Unknown preset {show(first)}: {_nearest(first, [*PRESETS, *keys()])}"
-            f"the presets are {', '.join(PRESETS)}, and options are key=value (see {COMMAND} help)."
+            f"the presets are {', '.join(PRESETS)}{recipe_hint}, and options are key=value (see {COMMAND} help)."
         )
     return _Command(fields={})
 

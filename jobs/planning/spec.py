@@ -25,6 +25,8 @@ from jobs.planning.hyperparameters import coerce_hyperparameter as coerce_hyperp
 from jobs.planning.hyperparameters import parse_bool as parse_bool
 from jobs.planning.hyperparameters import parse_int as parse_int
 from jobs.planning.instances import InstanceType, instance_info, normalize_instance_name
+from jobs.planning.metrics import check_user_metrics
+from jobs.planning.own_code import check_entry, is_full_commit, parse_code
 from jobs.planning.presets import DEFAULT_MP_PARAMETERS, DEFAULT_PROCESSES_PER_HOST, PRESETS
 
 Task = Literal["question-answering", "text-classification"]
@@ -78,7 +80,7 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    task: Task
+    task: Task | None = None  # required unless the job runs its own code (code=)
     model: str
     dataset: str
     instance_type: str = "ml.p3.2xlarge"
@@ -98,6 +100,10 @@ class JobSpec(BaseModel):
     max_restarts: int = 5
     train_data: str | None = None
     dataset_revision: str | None = None
+    code: str | None = None  # own code: git+URL[@REF] or s3://BUCKET/KEY.tar.gz
+    entry: str | None = None  # own code: the script's path in the repository or tarball
+    code_commit: str | None = None  # the commit a git REF named when the lineage was planned (pinned)
+    metrics: dict[str, str] | None = None  # own metric definitions: name -> regex with one group
 
     @model_validator(mode="before")
     @classmethod
@@ -109,6 +115,11 @@ class JobSpec(BaseModel):
     def _check_hyperparameters(cls, value: dict[str, HpValue]) -> dict[str, HpValue]:
         return check_hyperparameters(value)
 
+    @field_validator("metrics")
+    @classmethod
+    def _check_metrics(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_user_metrics(value) if value else None
+
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> JobSpec:
         context = info.context if isinstance(info.context, dict) else {}
@@ -118,6 +129,10 @@ class JobSpec(BaseModel):
     @property
     def instance(self) -> InstanceType:
         return instance_info(self.instance_type)
+
+    @property
+    def own_code(self) -> bool:
+        return self.code is not None
 
 
 def spec_from_fields(fields: dict[str, Any], *, max_instances: int = DEFAULT_MAX_INSTANCES) -> JobSpec:
@@ -237,6 +252,7 @@ def check_spec(spec: JobSpec, max_instances: int) -> None:
     """Every cross-field rule; the first one broken raises SpecError."""
     info = instance_info(spec.instance_type)
     _check_names(spec)
+    _check_own_code(spec)
     _check_instances(spec, info, max_instances)
     _check_times(spec)
     versions.validate_versions(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.distribution)
@@ -255,10 +271,29 @@ def _check_names(spec: JobSpec) -> None:
             raise SpecError(f"{field} {show(value)} is not a usable name: a hub id like owner/name, or an s3:// or local path, with no spaces.")
     if spec.train_data is not None and not spec.train_data.startswith(("s3://", "/", "./", "~")):
         raise SpecError(f"train_data must be an s3:// prefix or a local folder, not {show(spec.train_data)}.")
-    if spec.dataset in DATASETS and DATASETS[spec.dataset][0] != spec.task:
+    if spec.task is not None and spec.dataset in DATASETS and DATASETS[spec.dataset][0] != spec.task:
         raise SpecError(f"dataset={spec.dataset} is {DATASETS[spec.dataset][0]} data, but task={spec.task}: change one of them.")
     if spec.preset is not None and spec.preset not in PRESETS:
         raise SpecError(f"Unknown preset {show(spec.preset)}: choose one of {', '.join(PRESETS)}.")
+
+
+def _check_own_code(spec: JobSpec) -> None:
+    if spec.code is None:
+        if spec.task is None:
+            raise SpecError(missing_field_message("task"))
+        for field in ("entry", "code_commit"):
+            if getattr(spec, field) is not None:
+                raise SpecError(f"{field}= goes with own code: add code=git+URL@REF or code=s3://BUCKET/KEY.tar.gz.")
+        return
+    source = parse_code(spec.code)
+    if spec.entry is None:
+        raise SpecError(
+            "Own code needs the script to run: entry=PATH/IN/REPO/script.py, "
+            "e.g. entry=examples/pytorch/question-answering/run_qa.py."
+        )
+    check_entry(spec.entry)
+    if spec.code_commit is not None and (not source.is_git or not is_full_commit(spec.code_commit)):
+        raise SpecError("code_commit is the 40-hex commit a git code= REF was pinned to; it is set by trainbot.")
 
 
 def _check_instances(spec: JobSpec, info: InstanceType, max_instances: int) -> None:

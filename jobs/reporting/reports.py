@@ -47,7 +47,7 @@ class JobReport:
     lineage_id: str
     status: str
     partial: bool  # the lineage is still running: figures so far
-    task: str
+    task: str | None  # None: the job ran its own code without task=
     model: str
     dataset: str
     instance_count: int
@@ -128,9 +128,9 @@ def spot_savings(attempts: tuple[Attempt, ...]) -> float | None:
     return max(0.0, 1.0 - billable / training)
 
 
-def headline_metrics(task: str, metrics: dict[str, float]) -> dict[str, float]:
+def headline_metrics(task: str | None, metrics: dict[str, float]) -> dict[str, float]:
     found: dict[str, float] = {}
-    for label, names in HEADLINE_METRICS.get(task, ()):
+    for label, names in HEADLINE_METRICS.get(task or "", ()):
         value = next((metrics[n] for n in names if n in metrics), None)
         if value is not None:
             found[label] = value
