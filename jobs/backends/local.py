@@ -158,7 +158,7 @@ class LocalBackend:
     def _start(self, folder: JobFolder, plan: LaunchPlan) -> None:
         offline = is_offline(self._offline)
         assets = None
-        if offline and not _local_train_data(plan):
+        if offline and (plan.spec.own_code or not _local_train_data(plan)):  # own code: the tiny model
             from jobs.backends.offline_assets import ensure_local_assets  # builds once, a few seconds
 
             assets = ensure_local_assets(self._home)

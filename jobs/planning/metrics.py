@@ -1,9 +1,10 @@
 """The metric definitions a plan sends to SageMaker, and the same definitions read back from a log.
 
-Each default definition catches two spellings of one metric: the ``[metric] NAME=VALUE step=S`` lines the
-bot's own scripts print, and the dict a Trainer-based script prints by default
+Each default definition catches three spellings of one metric: the ``[metric] NAME=VALUE step=S`` lines the
+bot's own scripts print; the dict a Trainer-based script prints while it trains
 (``{'loss': 0.69, 'learning_rate': 5e-05, 'epoch': 0.5}``; transformers 5 quotes the numbers:
-``{'loss': '0.6931', ...}``). ``metrics=NAME:REGEX,...`` adds a team's own (or replaces a default of the same
+``{'loss': '0.6931', ...}``); and the ``***** eval metrics *****`` table that ``Trainer.log_metrics`` prints
+at the end (``  eval_f1 = 88.1``), which is where the article's run_qa.py reports its evaluation. ``metrics=NAME:REGEX,...`` adds a team's own (or replaces a default of the same
 name). SageMaker scrapes the job's log with them; the local backend scrapes its log file with
 :class:`MetricScanner`, so the report and loss curve read the same numbers on both.
 """
@@ -39,9 +40,11 @@ _NUMPY_SCALAR = r"(?:np\.float(?:16|32|64)\()?"
 
 
 def default_regex(name: str) -> str:
-    """``[metric] NAME=V`` or a printed dict's ``'NAME': V`` (quoted or not, or a numpy scalar)."""
+    """``[metric] NAME=V``, a printed dict's ``'NAME': V`` (quoted or not, or a numpy scalar), or a
+    ``Trainer.log_metrics`` table row ``  NAME   =   V`` (not for ``*_runtime``, printed there as h:mm:ss)."""
     escaped = re.escape(name)
-    return rf"(?:\[metric\] {escaped}=|[\"']{escaped}[\"']: ?[\"']?{_NUMPY_SCALAR}){NUMBER}"
+    table_row = "" if name.endswith("_runtime") else rf"|\s{escaped}\s+=\s+"
+    return rf"(?:\[metric\] {escaped}=|[\"']{escaped}[\"']: ?[\"']?{_NUMPY_SCALAR}{table_row}){NUMBER}"
 
 
 METRIC_DEFINITIONS: list[dict[str, str]] = [{"Name": name, "Regex": default_regex(name)} for name in METRIC_NAMES]

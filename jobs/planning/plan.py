@@ -163,17 +163,17 @@ def plan_tags(spec: JobSpec, lineage_id: str, launched_by: str, origin: str) -> 
         ("trainbot:launched-by", launched_by),
         ("trainbot:origin", origin),
         ("trainbot:preset", spec.preset or ""),
-        ("trainbot:code", code_label(spec)),
+        ("trainbot:code", code_label(spec, with_ref=False)),
     ]
     return [{"Key": key, "Value": _tag_value(value)} for key, value in pairs if value]
 
 
-def code_label(spec: JobSpec) -> str:
-    """``repo@<short sha>`` of a job's own code (what the card, tags and reports name); "" for the bot's scripts."""
+def code_label(spec: JobSpec, *, with_ref: bool = True) -> str:
+    """``repo@<short sha> (REF)`` of a job's own code, as the card and reports name it; "" for the bot's scripts."""
     if spec.code is None:
         return ""
     source = own_code.parse_code(spec.code)
-    return own_code.display(source.url, spec.code_commit, source.ref)
+    return own_code.display(source.url, spec.code_commit, source.ref if with_ref else None)
 
 
 def _tag_value(value: str) -> str:

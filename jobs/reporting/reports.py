@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.errors import TrainbotError
 from jobs.planning import pricing
+from jobs.planning.plan import code_label
 from jobs.records import AttemptStatus
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ class JobReport:
     attempts: tuple[AttemptLine, ...]
     checkpoint_uri: str
     links: dict[str, str] = field(default_factory=dict)
+    code: str = ""  # a team's own code as repo@<short sha> (REF), the commit the lineage was pinned to
 
     @property
     def spot_savings_pct(self) -> str | None:
@@ -113,6 +115,7 @@ def build_report(lineage: Lineage, backend: TrainingBackend, *, now: datetime | 
         attempts=lines,
         checkpoint_uri=lineage.checkpoint_uri,
         links=_links(lineage, backend),
+        code=f"{code_label(spec)}, entry {spec.entry}" if spec.own_code else "",
     )
 
 
@@ -201,8 +204,10 @@ def _text_lines(report: JobReport) -> list[str]:
     state = f"{report.status} (so far)" if report.partial else report.status
     lines = [
         f"Job {report.lineage_id}: {state}",
-        f"  {report.model} on {report.dataset} ({report.task}), {report.instance_count} instance(s)",
+        f"  {report.model} on {report.dataset} ({report.task or 'own code'}), {report.instance_count} instance(s)",
     ]
+    if report.code:
+        lines.append(f"  code {report.code}")
     if report.metrics:
         shown = report.headline or report.metrics
         lines.append("  metrics: " + ", ".join(f"{k} {v:.4g}" for k, v in shown.items()))
