@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from bot.scheduler import SchedulerRunner, build_schedule_service
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock, SystemClock
 from jobs.errors import ConfigError
@@ -147,8 +148,6 @@ class Runtime:
     def _start_scheduler(self) -> None:
         if self.schedules is None:
             return
-        from bot.scheduler import SchedulerRunner
-
         self._scheduler = SchedulerRunner(self.settings, self.schedules, self.clock)
         self._scheduler.start()
 
@@ -174,7 +173,7 @@ def build_runtime(
     backend = backend or _build_backend(settings, clock, force_local=force_local)
     recipes = RecipeBook(store=store, settings=settings, clock=clock)
     jobs = JobService(store=store, backend=backend, settings=settings, clock=clock, reader=command_reader(settings, recipes))
-    watcher = Watcher(store=store, backend=backend, service=jobs, clock=clock, settings=settings)
+    watcher = Watcher(store=store, backend=backend, clock=clock, settings=settings)
     runtime = Runtime(settings=settings, clock=clock, store=store, backend=backend, jobs=jobs, watcher=watcher)
     runtime.recipes = recipes
     runtime.schedules = _build_schedules(runtime)
@@ -218,11 +217,7 @@ def _build_backend(settings: Settings, clock: Clock, *, force_local: bool) -> Tr
 
 
 def _build_schedules(runtime: Runtime) -> Any:
-    try:
-        from bot.scheduler import build_schedule_service
-    except ImportError:
-        return None
-    return build_schedule_service(runtime)
+    return build_schedule_service(runtime.store, runtime.jobs, runtime.settings, runtime.clock)
 
 
 def _build_endpoints(runtime: Runtime) -> EndpointService | None:

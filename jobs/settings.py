@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     trainbot_max_instances: int = Field(default=16, ge=1)
     trainbot_max_job_usd: float | None = Field(default=None, gt=0)
     trainbot_daily_budget_usd: float | None = Field(default=None, gt=0)
+    # The most one endpoint may cost an hour, all its instances together; None: no cap.
+    trainbot_max_endpoint_usd_per_hour: float | None = Field(default=None, gt=0)
     trainbot_relaunch_backoff_seconds: float = Field(default=30, ge=0)
     trainbot_max_restarts: int = Field(default=5, ge=0)
     trainbot_endpoint_idle_hours: float = Field(default=24, gt=0)

@@ -120,7 +120,7 @@ class LocalBackend:
         folder = self._folder(job_name)
         return local_status.metric_series(folder.log_path, metric_scanner(folder))
 
-    def console_links(self, job_name: str) -> dict[str, str]:
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         folder = self._folder(job_name)
         state = folder.load()
         return {

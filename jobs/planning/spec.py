@@ -76,7 +76,7 @@ def dataset_hyperparameters(dataset: str) -> dict[str, str]:
 
 
 class JobSpec(BaseModel):
-    """One training job. Field names and JSON are the contract (DESIGN.md); the extra fields follow them."""
+    """One training job. Field names and JSON are the contract (README); the extra fields follow them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

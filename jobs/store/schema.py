@@ -43,7 +43,9 @@ from sqlalchemy import (
     UniqueConstraint,
     create_engine,
     event,
+    inspect,
     make_url,
+    text,
 )
 from sqlalchemy.pool import StaticPool
 
@@ -92,6 +94,9 @@ lineages = Table(
     Column("next_spot", Boolean),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The approved, resolved launch plan (LaunchPlan.stored()); relaunches replay it. Null on lineages
+    # recorded before version 30, which are replayed from their spec and their own checkpoint URI.
+    Column("launch_plan", JSON),
     Index("ix_lineages_status", "status"),
     Index("ix_lineages_created_at", "created_at"),
 )
@@ -184,7 +189,16 @@ def _create_core_tables(conn: Connection) -> None:
     metadata.create_all(conn, tables=list(CORE_TABLES))
 
 
-_MIGRATIONS: dict[int, Migration] = {1: Migration(1, "core tables", _create_core_tables)}
+def _add_launch_plan(conn: Connection) -> None:
+    # Version 1 creates lineages from today's table, launch_plan included; older databases lack it.
+    if "launch_plan" not in {c["name"] for c in inspect(conn).get_columns("lineages")}:
+        conn.execute(text("ALTER TABLE lineages ADD COLUMN launch_plan JSON"))
+
+
+_MIGRATIONS: dict[int, Migration] = {
+    1: Migration(1, "core tables", _create_core_tables),
+    30: Migration(30, "lineage launch plan", _add_launch_plan),
+}
 
 
 def register_migration(version: int, name: str, apply: Callable[[Connection], Any]) -> None:

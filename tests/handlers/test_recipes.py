@@ -106,7 +106,7 @@ def test_the_recipes_file_is_read_only_and_names_what_it_left_out(runtime: Runti
     assert spec.hyperparameters["max_steps"] == 10
     assert runtime.jobs.plan("bert-squad").spec.model == "bert-large-uncased-whole-word-masking"  # the preset wins
     listed = say(runtime, ALICE, "recipe", "list")
-    assert f"squad-small: /train bert-squad" in listed and f"kept in {recipes_file}" in listed
+    assert "squad-small: /train bert-squad" in listed and f"kept in {recipes_file}" in listed
     assert "left out of the recipes file: bert-squad: bert-squad is a built-in preset" in listed
     assert "left out of the recipes file: broken:" in listed
     assert "change it there" in say(runtime, ADMIN, "recipe", "save squad-small bert-squad")

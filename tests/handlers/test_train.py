@@ -10,7 +10,8 @@ import pytest
 from handlers import cards, router, texts, train
 from handlers.blocks import buttons_in
 from handlers.chat import Reply
-from jobs.records import Actor, LineageStatus
+from jobs.lifecycle.state import LineageStatus
+from jobs.records import Actor
 from tests.handlers.fakes import (
     ALICE,
     BOB,

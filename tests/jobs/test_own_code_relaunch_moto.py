@@ -56,7 +56,7 @@ def test_a_branch_moved_after_launch_still_relaunches_the_pinned_commit(moto_aws
     reader = CommandReader.of(max_instances=16, code_sources=(repo.url,), resolver=GitCodeSources(home))
     service = JobService(store=store, backend=backend, settings=settings, clock=clock, reader=reader,
                          new_lineage_id=lambda spec: f"own-{datetime.now():%H%M%S%f}")
-    watcher = Watcher(store, backend, service, clock, settings)
+    watcher = Watcher(store, backend, clock, settings)
 
     lineage = service.launch(f"distilbert-spot code=git+{repo.url}@main entry=jobs/train.py", actor=ALICE)
     assert lineage.spec.code_commit == pinned
