@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -9,6 +11,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 IdList = Annotated[tuple[str, ...], NoDecode]
+PathList = Annotated[tuple[Path, ...], NoDecode]
 
 
 class Settings(BaseSettings):
@@ -46,6 +49,8 @@ class Settings(BaseSettings):
     # Local jobs train the tiny offline model unless hub models are asked for (and the hub is reachable).
     trainbot_local_hub: bool = False
     hf_hub_offline: bool = False
+    # Besides TRAINBOT_HOME/data, the folders whose files local jobs may read (model=, train_data=, ...).
+    trainbot_local_data_dirs: PathList = ()
     # Own code (code=): the URL prefixes it may come from; empty refuses own code.
     trainbot_code_sources: IdList = ()
     # Team recipes kept in git: a read-only YAML file of name -> /train arguments.
@@ -56,6 +61,14 @@ class Settings(BaseSettings):
     def _absolute_home(cls, value: Path) -> Path:
         # Local jobs run in folders of their own; a relative home would mean another folder there.
         return value.expanduser().resolve()
+
+    @field_validator("trainbot_local_data_dirs", mode="before")
+    @classmethod
+    def _split_dirs(cls, value: object) -> object:
+        if isinstance(value, str):
+            parts = re.split(f"[,{re.escape(os.pathsep)}]", value)
+            return tuple(Path(part.strip()).expanduser().resolve() for part in parts if part.strip())
+        return value
 
     @field_validator(
         "trainbot_allowed_users", "trainbot_allowed_channels", "trainbot_admins", "trainbot_code_sources", mode="before"
@@ -88,6 +101,11 @@ class Settings(BaseSettings):
     @property
     def local_uses_hub(self) -> bool:
         return self.trainbot_local_hub and not self.hf_hub_offline
+
+    @property
+    def local_data_roots(self) -> tuple[Path, ...]:
+        """The folders local jobs may read data and models from: TRAINBOT_HOME/data and TRAINBOT_LOCAL_DATA_DIRS."""
+        return (self.trainbot_home / "data", *self.trainbot_local_data_dirs)
 
     @property
     def database_url(self) -> str:

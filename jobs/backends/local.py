@@ -32,6 +32,8 @@ from jobs.backends.local_scaling import LocalLimits, LocalRun, is_offline, scale
 from jobs.backends.local_state import JobFolder, JobState
 from jobs.clock import Clock
 from jobs.errors import BackendError, BadInput, InvalidState, NotFound, TrainbotError
+from jobs.planning.hyperparameters import check_launch_hyperparameters
+from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
@@ -76,6 +78,9 @@ class LocalBackend:
             raise BadInput(
                 f"Job name {job_name!r} is not valid: use letters, digits and hyphens, at most 63."
             )
+        check_launch_hyperparameters(
+            without_bot_arguments(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
+        )
         folder = JobFolder(self._jobs_root, job_name)
         with folder.locked():
             if folder.exists():  # a retried launch: the job is there, never start a second process

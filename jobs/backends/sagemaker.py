@@ -40,6 +40,8 @@ from jobs.backends.sagemaker_session import (
 )
 from jobs.clock import Clock
 from jobs.errors import ConfigError, SpecError
+from jobs.planning.hyperparameters import check_launch_hyperparameters
+from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
 from jobs.settings import Settings
 
@@ -116,6 +118,10 @@ class SageMakerBackend:
     # -- launching ---------------------------------------------------------------------------------
 
     def launch(self, job_name: str, plan: LaunchPlan) -> None:
+        # However the plan was made (stored, replayed, built by hand): no sagemaker_* or other reserved name.
+        check_launch_hyperparameters(
+            without_bot_arguments(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
+        )
         ctx = self._ctx(f"launch training job {job_name}", self._sm)
         self._check_bucket(ctx)
         inputs = _input_channels(plan)

@@ -20,6 +20,7 @@ from jobs.clock import Clock
 from jobs.errors import BudgetExceeded, InvalidState, PermissionDenied
 from jobs.lifecycle.controller import Controller
 from jobs.permissions import AccessPolicy
+from jobs.planning.local_paths import check_local_paths
 from jobs.planning.plan import LINEAGE_PLACEHOLDER, LaunchPlan, build_plan
 from jobs.planning.pricing import check_job_budget
 from jobs.planning.reader import CommandReader
@@ -74,6 +75,7 @@ class JobService:
     def plan(self, text: str) -> LaunchPlan:
         """What ``text`` would launch, with no network and no record."""
         spec = self._parse(text)
+        check_local_paths(spec, self._settings, backend=self._backend.name)
         return build_plan(
             spec,
             bucket=self._settings.trainbot_bucket,
@@ -95,6 +97,7 @@ class JobService:
         """Check, record, launch. Same ``request_id`` twice -> the first lineage, no second launch."""
         spec = self._reader.read(text_or_spec)
         self._guarded(actor, "launch", request_id or "-", lambda: self._policy.check_can_use(actor))
+        check_local_paths(spec, self._settings, backend=self._backend.name)
         if request_id is not None and (existing := self._store.find_by_request(request_id)) is not None:
             log.info("request %s already launched %s", request_id, existing.id)
             return existing

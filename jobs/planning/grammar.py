@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any
 
 from jobs.errors import SpecError
+from jobs.planning.hyperparameters import check_plain_text, check_reserved, check_script_argument
 from jobs.planning.metrics import parse_metrics_value
 from jobs.planning.own_code import check_entry, parse_code
 from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
@@ -285,6 +286,10 @@ def parse_fields(text: str, *, recipes: RecipeLookup | None = None) -> dict[str,
     for token in tokens[1:] if command.preset else tokens:
         _apply(command, token)
     _drop_inapplicable_preset_fields(command)
+    if command.fields.get("code") is None:  # the bot's scripts: only names they take (own code: its own)
+        for slot in command.given:
+            if slot.startswith("hp."):
+                check_script_argument(slot[3:])  # against every script here; the task's once the spec is whole
     return command.fields
 
 
@@ -316,6 +321,7 @@ def _apply(command: _Command, token: str) -> None:
     key = _lookup(name)
     if key is None:
         raise SpecError(f"Unknown key {show(name)}: {_nearest(name, _suggestion_words())}see {COMMAND} help for the keys.")
+    check_plain_text(key.name, raw)
     if not has_value:
         if not key.flag:
             raise SpecError(f"{key.name} needs a value, e.g. {key.name}=VALUE (see {COMMAND} help {key.name}).")
@@ -328,6 +334,7 @@ def _apply(command: _Command, token: str) -> None:
 def _passthrough(name: str, raw: str, token: str) -> HpValue:
     if not HP_NAME.fullmatch(name):
         raise SpecError(f"{show(token)}: hp.NAME needs a NAME of letters, digits and _ (not starting with a digit).")
+    check_reserved(name, raw)  # whatever the script; the script's own names are checked once code= is known
     if name in KNOWN_HYPERPARAMETERS:
         return coerce_hyperparameter(name, raw)
     return auto_value(raw)
@@ -379,7 +386,10 @@ def topic_help(word: str) -> str:
     if word in PRESETS:
         return f"{word}: {DESCRIPTIONS[word]}. Keys typed after it override it, e.g. {COMMAND} {word} spot=yes."
     if word.lower().startswith("hp."):
-        return "hp.NAME=VALUE passes a training argument through as is (NAME: letters, digits and _)."
+        return (
+            "hp.NAME=VALUE passes an argument of the training script through as is: its model and data arguments "
+            "or transformers' TrainingArguments, never sagemaker_*, the job's folders, hub pushes or outside trackers."
+        )
     key = _lookup(word)
     if key is None:
         return f"No key {show(word)}: {_nearest(word, _suggestion_words())}{COMMAND} help lists them all."
@@ -397,7 +407,7 @@ def general_help() -> str:
         "Keys:",
         *(f"  {k.name}{' (' + ', '.join(k.aliases) + ')' if k.aliases else ''}: {k.help}" for k in spec_keys),
         "Training arguments: " + ", ".join(KNOWN_HYPERPARAMETERS) + " (epochs, batch_size, lr are short for the first ones);",
-        "  hp.NAME=VALUE passes any other argument through.",
+        "  hp.NAME=VALUE passes any other argument of the training script through (its own or TrainingArguments).",
         "Model parallel: partitions, microbatches, " + ", ".join(f"mp.{n}" for n in MP_KEYS if n not in ("partitions", "microbatches")) + ".",
         "Durations: 3600, 90m, 2h, 1h30m. Yes/no: yes, no, true, false, on, off. Quote values with spaces.",
         f"{COMMAND} help KEY explains one key.",

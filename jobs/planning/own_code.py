@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -184,6 +184,22 @@ def source_arguments(code: str, entry: str, commit: str | None) -> dict[str, obj
     if commit is not None:
         git_config["commit"] = commit
     return {"git_config": git_config, "source_dir": f"./{folder}" if folder else ".", "entry_point": name}
+
+
+def bot_output_dir(*, spot: bool) -> str:
+    """The ``--output_dir`` the bot gives a team's script: the article's model folder, or for a spot job the
+    checkpoint folder SageMaker syncs (the spot entry copies the final model to the model folder)."""
+    return CHECKPOINTS_DIR if spot else MODEL_DIR
+
+
+def without_bot_arguments(hyperparameters: Mapping[str, object], *, own: bool) -> dict[str, object]:
+    """A plan's hyperparameters less the ``output_dir`` the bot itself set for own code: the rest must pass
+    the reserved-name rule (the folders are the bot's to set, never the user's)."""
+    return {
+        name: value
+        for name, value in hyperparameters.items()
+        if not (own and name == "output_dir" and value in (MODEL_DIR, CHECKPOINTS_DIR))
+    }
 
 
 def is_full_commit(value: str) -> bool:

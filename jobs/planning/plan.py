@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from jobs.planning import own_code, pricing
+from jobs.planning.hyperparameters import ENTRY_POINTS as ENTRY_POINTS  # `as`: re-exported for callers
+from jobs.planning.hyperparameters import check_script_hyperparameters
 from jobs.planning.instances import instance_info
 from jobs.planning.metrics import METRIC_DEFINITIONS as METRIC_DEFINITIONS  # re-exported: the plan's defaults
 from jobs.planning.metrics import METRIC_NAMES as METRIC_NAMES
@@ -23,7 +25,6 @@ from jobs.planning.metrics import parse_metric_line as parse_metric_line
 from jobs.planning.pricing import CostEstimate, usd
 from jobs.planning.spec import JobSpec, dataset_hyperparameters
 
-ENTRY_POINTS = {"question-answering": "train_qa.py", "text-classification": "train_classification.py"}
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 BUCKET_PLACEHOLDER = "<TRAINBOT_BUCKET>"
 LINEAGE_PLACEHOLDER = "<lineage>"
@@ -168,17 +169,19 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
 
 
 def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
-    """The spec's hyperparameters plus the model and dataset arguments the scripts read."""
+    """The spec's hyperparameters plus the model and dataset arguments the scripts read, every one a name
+    the task's script takes and none it may not be handed (a stored spec is checked here too)."""
     hps: dict[str, str | int | float | bool] = {"model_name_or_path": spec.model}
     if spec.train_data is None:
         hps.update(dataset_hyperparameters(spec.dataset))
         if spec.dataset_revision:
             hps["dataset_revision"] = spec.dataset_revision
     hps.update(spec.hyperparameters)
+    check_script_hyperparameters(hps, spec.task, any_script=spec.own_code)
     if spec.own_code:
         # The article's output_dir; a spot job's goes where SageMaker keeps checkpoints, so a Trainer script
         # resumes from its newest checkpoint-N there (the bot's spot entry copies the final model back).
-        hps["output_dir"] = own_code.CHECKPOINTS_DIR if spec.spot else own_code.MODEL_DIR
+        hps["output_dir"] = own_code.bot_output_dir(spot=spec.spot)
     return hps
 
 

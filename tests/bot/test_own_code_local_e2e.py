@@ -97,7 +97,8 @@ def test_a_teams_trainer_script_from_git_trains_locally_and_reports_its_own_metr
     home = tmp_path / "home"
     data = ensure_local_assets(home).imdb_train.parent  # train/ and test/ channels of generated reviews
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_"))}
-    env.update(TRAINBOT_HOME=str(home), TRAINBOT_BACKEND="local", TRAINBOT_CODE_SOURCES=repo.url)
+    env.update(TRAINBOT_HOME=str(home), TRAINBOT_BACKEND="local", TRAINBOT_CODE_SOURCES=repo.url,
+               TRAINBOT_LOCAL_DATA_DIRS=str(data))  # the generated reviews may be read by local jobs
 
     refused = trainbot({**env, "TRAINBOT_CODE_SOURCES": "https://github.com/other/"}, "launch",
                        f"code=git+{repo.url}@main", "entry=classifier/train_text.py", "model=bert-base-uncased",

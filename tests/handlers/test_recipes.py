@@ -141,13 +141,13 @@ def test_the_cli_saves_lists_shows_uses_and_removes(tmp_path: Path) -> None:
     def trainbot(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([str(TRAINBOT), *args], env=env, capture_output=True, text=True, timeout=120, check=False)
 
-    saved = trainbot("recipe", "save", "quick", "distilbert-spot", "epochs=1", "hp.note=two words")
+    saved = trainbot("recipe", "save", "quick", "distilbert-spot", "epochs=1", "hp.run_name=two words")
     assert saved.returncode == 0, saved.stderr
     assert "quick" in trainbot("recipe", "list").stdout
-    assert "'hp.note=two words'" in trainbot("recipe", "show", "quick").stdout
+    assert "'hp.run_name=two words'" in trainbot("recipe", "show", "quick").stdout
     parsed = trainbot("parse", "quick", "epochs=4")
     assert parsed.returncode == 0, parsed.stderr
-    assert '"num_train_epochs": 4' in parsed.stdout and '"note": "two words"' in parsed.stdout
+    assert '"num_train_epochs": 4' in parsed.stdout and '"run_name": "two words"' in parsed.stdout
     planned = trainbot("plan", "quick", "spot=no")
     assert planned.returncode == 0 and "Spot: no" in planned.stdout, planned.stderr
     clash = trainbot("recipe", "save", "roberta-mnli", "bert-squad")

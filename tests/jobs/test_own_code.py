@@ -246,3 +246,21 @@ def test_at_most_forty_definitions_in_all() -> None:
                .estimator["metric_definitions"]) == MAX_DEFINITIONS
     with pytest.raises(SpecError, match="at most 40 metric definitions"):
         parse_command(f"bert-squad metrics='{fits},one_more:x=([0-9]+)'")
+
+
+# -- what hp.NAME may pass to a team's script -----------------------------------------------------------
+
+
+def test_own_code_takes_its_scripts_own_names_but_never_the_reserved_ones() -> None:
+    own = "model=m dataset=custom code=git+https://h/r.git entry=t.py"
+    spec = parse_command(f"{own} hp.my_flag=on hp.temperature=0.7")
+    assert spec.hyperparameters == {"my_flag": "on", "temperature": 0.7}
+    assert build_plan(spec, bucket="b", lineage_id="l").estimator["hyperparameters"]["my_flag"] == "on"
+    with pytest.raises(SpecError, match="not an argument of"):
+        parse_command("bert-squad hp.my_flag=on")  # the bot's own scripts take only their names
+    for refused, says in (("hp.sagemaker_program=x.py", "sagemaker_"), ("hp.output_dir=/tmp/x", "folders"),
+                          ("hp.push_to_hub=true", "outside your account"), ("hp.report_to=wandb", "report_to")):
+        with pytest.raises(SpecError, match=says):
+            parse_command(f"{own} {refused}")
+        with pytest.raises(SpecError, match=says):
+            parse_command(f"{refused} {own}")  # whatever the order of the keys
