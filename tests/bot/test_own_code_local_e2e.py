@@ -91,6 +91,7 @@ def trainbot(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
     return subprocess.run([str(TRAINBOT), *args], env=env, capture_output=True, text=True, timeout=180, check=False)
 
 
+@pytest.mark.slow
 def test_a_teams_trainer_script_from_git_trains_locally_and_reports_its_own_metrics(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "git", "team-models")
     commit = repo.commit({"classifier/train_text.py": TRAIN_SCRIPT, "classifier/textdata.py": TEXT_DATA})
