@@ -34,6 +34,7 @@ from jobs.planning.own_code import USER_ENTRY_ENV, display, is_full_commit
 logger = logging.getLogger(__name__)
 
 GIT_TIMEOUT_S = 300  # a first fetch of a large repository (transformers) takes a while
+RESOLVE_TIMEOUT_S = 20  # ls-remote runs while a plan card is drawn: a slow host must not hold it for minutes
 _HEX = frozenset("0123456789abcdef")
 _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",  # never wait for a password
@@ -81,7 +82,8 @@ class GitCodeSources:
         )
 
     def _ls_remote(self, url: str) -> dict[str, str]:
-        out = self._run(["ls-remote", "--", url], what=f"list the branches and tags of {display(url, None)}")
+        out = self._run(["ls-remote", "--", url], what=f"list the branches and tags of {display(url, None)}",
+                        timeout=min(self._timeout, RESOLVE_TIMEOUT_S))
         listed: dict[str, str] = {}
         for line in out.splitlines():
             sha, _, name = line.partition("\t")
@@ -147,18 +149,19 @@ class GitCodeSources:
 
     # -- running git -------------------------------------------------------------------------------
 
-    def _run(self, args: Sequence[str], *, what: str) -> str:
-        return self._run_bytes(args, what=what).decode(errors="replace")
+    def _run(self, args: Sequence[str], *, what: str, timeout: float | None = None) -> str:
+        return self._run_bytes(args, what=what, timeout=timeout).decode(errors="replace")
 
-    def _run_bytes(self, args: Sequence[str], *, what: str) -> bytes:
+    def _run_bytes(self, args: Sequence[str], *, what: str, timeout: float | None = None) -> bytes:
         argv = [self._git, "-c", "protocol.ext.allow=never", *args]
         env = {**os.environ, **_GIT_ENV}
+        limit = timeout or self._timeout
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=self._timeout, env=env, check=False)
+            done = subprocess.run(argv, capture_output=True, timeout=limit, env=env, check=False)
         except FileNotFoundError:
             raise BackendError("git is not installed on the bot's machine: install git to run code=git+... jobs.") from None
         except subprocess.TimeoutExpired:
-            raise BackendError(f"Could not {what}: git took longer than {self._timeout:.0f} s.") from None
+            raise BackendError(f"Could not {what}: git took longer than {limit:.0f} s.") from None
         if done.returncode != 0:
             reason = _last_line(done.stderr.decode(errors="replace"))
             raise BackendError(f"Could not {what}: {reason}" if what else reason)
