@@ -61,11 +61,19 @@ def cost_lines(cost: CostEstimate, max_job_usd: float | None) -> list[str]:
     return lines
 
 
+def checkpoint_line(minutes: float, save_steps: object) -> str:
+    """The most work an interruption can cost: the image never passes SIGTERM on, so only saves count."""
+    shown = f"{minutes:g} min" if minutes >= 1 else f"{minutes * 60:g} s"
+    return texts.PLAN_CHECKPOINTS.format(minutes=shown, steps=save_steps if save_steps else 500)
+
+
 def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, scaling_note: str | None,
               max_job_usd: float | None, spot_pct_if_on: float | None = None) -> list[bk.Block]:
     """The ephemeral card /train answers with: spec, cost, spot savings, the backend's note, buttons."""
     title = texts.PLAN_TITLE.format(model=spec.model, count=spec.instance_count, instance=spec.instance_type)
     lines = cost_lines(cost, max_job_usd)
+    if spec.checkpoint_minutes is not None:
+        lines.append(checkpoint_line(spec.checkpoint_minutes, spec.hyperparameters.get("save_steps")))
     if not spec.spot and spot_pct_if_on:
         lines.append(texts.PLAN_SPOT_OFF.format(pct=spot_pct_if_on))
     if spec.spot and spec.own_code:

@@ -2,6 +2,10 @@
 
 `run_command`, `run_action` and `run_submission` are where every `jobs.errors` exception becomes a
 one-sentence (ephemeral) reply; refusals are audited here; nothing else ever reaches a person.
+
+They are also the one gate of TRAINBOT_ALLOWED_USERS / TRAINBOT_ALLOWED_CHANNELS: every command (reads such as
+/jobs and /schedule list, and help, included), every button and every modal is refused to an actor outside
+them before its handler runs. The console and the CLI pass as admins (jobs.permissions).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ def run_command(ctx: CommandContext, name: str, text: str) -> Reply:
     if handler is None:
         return Reply(text=texts.UNKNOWN_COMMAND.format(name=bk.escape(name)))
     try:
+        _check_access(ctx)
         return handler(ctx, text)
     except Exception as exc:
         return reply_for_error(ctx, exc, name, text)
@@ -65,6 +70,7 @@ def run_action(ctx: CommandContext, action_id: str, value: str) -> Reply | None:
     if handler is None:
         return Reply(text=texts.UNKNOWN_ACTION)
     try:
+        _check_access(ctx)
         return handler(ctx, value)
     except Exception as exc:
         return reply_for_error(ctx, exc, action_id, value)
@@ -76,11 +82,17 @@ def run_submission(ctx: CommandContext, callback_id: str, values: dict[str, str]
     if handler is None:
         return Reply(text=texts.UNKNOWN_ACTION)
     try:
+        _check_access(ctx)
         return handler(ctx, values)
     except train.FieldErrors:
         raise
     except Exception as exc:
         return reply_for_error(ctx, exc, callback_id, "")
+
+
+def _check_access(ctx: CommandContext) -> None:
+    """PermissionDenied (answered and audited by reply_for_error) unless the actor may use the bot here."""
+    ctx.services.jobs.policy.check_can_use(ctx.actor)
 
 
 def reply_for_error(ctx: CommandContext, exc: Exception, action: str, target: str) -> Reply:

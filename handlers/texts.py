@@ -24,6 +24,10 @@ PLAN_SPOT_OFF = "On demand. With spot=yes it would cost about {pct:.0f}% less (c
 PLAN_COST = "Expected {expected}, worst case {worst} ({hourly}/h for all instances)."
 PLAN_BUDGET = "Per-job cap {cap}."
 PLAN_SCALING = ":information_source: {note}"
+PLAN_CHECKPOINTS = (
+    "Checkpoints at least every {minutes} (and every {steps} steps): an interruption costs at most {minutes} of "
+    "training."
+)
 PLAN_COMMAND = "`{command}`"
 BUTTON_LAUNCH = "Launch"
 BUTTON_EDIT = "Edit"

@@ -1,5 +1,5 @@
-"""What a local job runs: the code copied into its folder (the bot's training/ or a team's own, checked out at
-its pinned commit), the hyperparameters it gets, and the metric definitions its log is read with.
+"""What a local job runs: its source folder (the bot's training/ or a team's own, checked out at its pinned
+commit), the hyperparameters it gets, and the metric definitions its log is read with.
 
 SageMaker uploads ``source_dir`` and runs the entry point inside the container's ``/opt/ml`` tree; locally the
 job folder is that tree, so the container paths a plan gives a team's script (``--output_dir /opt/ml/model``,
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.backends.code_sources import CodeMaterializer
+from jobs.backends.code_sources import CodeMaterializer, RunnableSource
 from jobs.backends.local_state import JobFolder
 from jobs.errors import BackendError
 from jobs.planning.metrics import METRIC_DEFINITIONS, MetricScanner
@@ -26,17 +25,16 @@ METRIC_DEFINITIONS_FILE = "metric_definitions.json"
 _CONTAINER_ROOT = "/opt/ml/"
 
 
-def copy_code(code: CodeMaterializer, folder: JobFolder, plan: LaunchPlan) -> tuple[Path, dict[str, str]]:
-    """Snapshot the job's source into ``folder.code_dir`` (as SageMaker uploads it: editing the source never
-    changes a running job); returns the entry point there and the plan's extra environment."""
+def runnable_source(code: CodeMaterializer, plan: LaunchPlan) -> RunnableSource:
+    """The folder to package as the job's ``sourcedir.tar.gz`` (the bot's training/, or a team's code checked
+    out at its pinned commit), the entry point in it, and the environment the plan adds (the spot entry's)."""
     source = code.runnable(plan.estimator)
-    folder_path, entry = Path(source.source_dir), source.entry_point
-    if not (folder_path / entry).is_file():
+    if not (Path(source.source_dir) / source.entry_point).is_file():
         raise BackendError(
-            f"The training script {entry} was not found in {folder_path}; install trainbot with its training/ folder."
+            f"The training script {source.entry_point} was not found in {source.source_dir}; "
+            "install trainbot with its training/ folder."
         )
-    shutil.copytree(folder_path, folder.code_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".git"))
-    return folder.code_dir / entry, dict(source.environment)
+    return source
 
 
 def job_hyperparameters(
@@ -46,23 +44,18 @@ def job_hyperparameters(
     container's folders in them pointing at this job's."""
     if not plan.spec.own_code:
         return {**hyperparameters, "checkpoint_dir": str(checkpoints)}
-    folders = {
-        "/opt/ml/checkpoints": checkpoints,
-        "/opt/ml/model": folder.model_dir,
-        "/opt/ml/output/data": folder.output_dir,
-        "/opt/ml/output": folder.output_dir,
-        "/opt/ml/input/config": folder.config_dir,
-    }
-    return {key: _local_path(value, folders) for key, value in hyperparameters.items()}
+    return {key: _local_path(value, folder, checkpoints) for key, value in hyperparameters.items()}
 
 
-def _local_path(value: Any, folders: dict[str, Path]) -> Any:
+def _local_path(value: Any, folder: JobFolder, checkpoints: Path) -> Any:
+    """``/opt/ml/X`` -> the job folder's X (it is an /opt/ml-shaped tree); ``/opt/ml/checkpoints`` -> the
+    lineage's checkpoint folder, which every attempt shares, as SageMaker copies checkpoint_s3_uri back."""
     if not isinstance(value, str) or not value.startswith(_CONTAINER_ROOT):
         return value
-    for container, local in folders.items():  # longest first within each family: output/data before output
-        if value == container or value.startswith(container + "/"):
-            return str(local) + value[len(container):]
-    return value
+    rest = value[len(_CONTAINER_ROOT):]
+    if rest == "checkpoints" or rest.startswith("checkpoints/"):
+        return str(checkpoints) + rest[len("checkpoints"):]
+    return str(folder.path / rest)
 
 
 def save_metric_definitions(folder: JobFolder, plan: LaunchPlan) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.backends.offline_assets import LocalAssets
+from jobs.planning import cadence
 
 if TYPE_CHECKING:
     from jobs.planning.plan import LaunchPlan
@@ -37,7 +38,6 @@ class LocalLimits:
     eval_batch_size: int = 32
     max_seq_length: int = 128
     save_steps: int = 10  # so a spot demo has a checkpoint within seconds
-    logging_steps: int = 5  # [progress] lines often enough for the console
     train_samples: int = 200  # offline: generated examples trained on
     eval_samples: int = 100  # offline: generated examples evaluated on
     # A randomly initialised tiny BERT learns nothing in 60 steps at the usual 5e-5.
@@ -86,6 +86,8 @@ def scale_plan(
     if spec.own_code:
         return _own_code_run(plan, offline=offline, limits=limits, assets=assets)
     hps = _capped_hyperparameters(dict(plan.estimator.get("hyperparameters") or {}), spec.task or "", limits)
+    # The same cadence rule as the plan's, for the scaled-down length: a loss curve here too.
+    hps.update(cadence.chosen_cadence(spec.hyperparameters, int(hps["max_steps"]), evaluates=cadence.evaluates(hps)))
     processes, notes = _processes(spec.distribution, spec.instance_count, limits)
     if _half_precision(hps):
         notes.append("fp16 off on the CPU")
@@ -136,7 +138,6 @@ def _capped_hyperparameters(hps: dict[str, Any], task: str, limits: LocalLimits)
     _cap(hps, "per_device_eval_batch_size", limits.eval_batch_size)
     _cap(hps, "max_seq_length", limits.max_seq_length)
     _cap(hps, "save_steps", limits.save_steps)
-    _cap(hps, "logging_steps", limits.logging_steps)
     if task == "question-answering":
         # The QA script needs doc_stride below half of max_seq_length; keep the article's 1:3 ratio.
         _cap(hps, "doc_stride", hps["max_seq_length"] // 4)
@@ -177,8 +178,9 @@ def _processes(distribution: str, instance_count: int, limits: LocalLimits) -> t
     processes = min(wanted, limits.max_processes)
     if processes < wanted:
         notes.append(f"{processes} of {wanted} instances as processes (this machine's cores)")
-    if distribution == "model":
-        notes.append("model parallel runs as plain DDP")
+    if distribution in ("data", "model"):  # smdistributed needs GPUs and MPI: torchrun over gloo instead
+        kind = "data" if distribution == "data" else "model"
+        notes.append(f"smdistributed {kind} parallel runs as torchrun DDP (gloo)")
     return processes, notes
 
 

@@ -4,7 +4,8 @@ Status mapping (TrainingJobStatus / SecondaryStatus):
 - running: InProgress / Starting, then Training once the script logs a step;
 - exit 0: Completed (even if a stop raced the end: the model is saved, as SageMaker would report);
 - stop(): Stopping, then Stopped / Stopped;
-- take_capacity() on a spot job: InProgress / Interrupted while it saves, then Stopped /
+- take_capacity() on a spot job: its processes are killed (no signal the script can act on); InProgress /
+  Interrupted until the look that finds them gone, then Stopped /
   MaxWaitTimeExceeded, as SageMaker ends a spot job whose wait for capacity ran out;
 - running past max_run: Stopped / MaxRuntimeExceeded;
 - any other exit: Failed, "AlgorithmError: <the log's last error line>"; a process that vanished with
@@ -29,6 +30,8 @@ from jobs.records import MetricPoint, MetricSeries, RemoteJob, RemoteStatus, Sta
 
 #: What training/ prints when it picks a checkpoint up (the step is the checkpoint folder's number).
 _RESUMED = re.compile(r"\[checkpoint\] resuming from .*checkpoint-(\d+)")
+#: ... and how far the interrupted attempt had got past it (the steps trained again).
+_REDONE = re.compile(r"\[checkpoint\] the interrupted run had reached step \d+: (\d+) steps? redone")
 
 #: Billable share of a spot job's training time (managed spot typically saves 60-90%).
 SPOT_BILLABLE_FRACTION = 0.3
@@ -45,7 +48,7 @@ _MESSAGES = {
     "Completed": "Training job completed.",
     "Stopping": "Stopping the training job (SIGTERM sent).",
     "Stopped": "The job was stopped.",
-    "Interrupted": "Spot capacity was taken (simulated locally); the job is saving a checkpoint.",
+    "Interrupted": "Spot capacity was taken (simulated locally); the job's processes were killed.",
     "MaxWaitTimeExceeded": "The job ended: spot capacity did not come back within the wait time.",
     "MaxRuntimeExceeded": "The job ran past max_run and was stopped.",
     "Failed": "Training job failed.",
@@ -128,6 +131,7 @@ def remote_job(folder: JobFolder, state: JobState) -> RemoteJob:
         final_metrics=final_metrics(folder),
         model_artifacts=_model_artifacts(folder, status),
         resumed_from_step=resumed_from_step(folder),
+        steps_redone=steps_redone(folder),
         instance_type=state.instance_type,
         instance_count=state.instance_count,
         spot=state.spot,
@@ -142,6 +146,15 @@ def resumed_from_step(folder: JobFolder) -> int | None:
     """The checkpoint step the job resumed from, as the training script's log says; None for a fresh start."""
     for line in local_state.read_lines(folder.log_path):
         match = _RESUMED.search(line)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def steps_redone(folder: JobFolder) -> int | None:
+    """Steps this attempt trains again because the one before it was killed past its last checkpoint."""
+    for line in local_state.read_lines(folder.log_path):
+        match = _REDONE.search(line)
         if match:
             return int(match.group(1))
     return None

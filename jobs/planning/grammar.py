@@ -15,24 +15,29 @@ from functools import cache
 from typing import Any
 
 from jobs.errors import SpecError
-from jobs.planning.hyperparameters import check_plain_text, check_reserved, check_script_argument
+from jobs.planning.hyperparameters import (
+    HP_NAME,
+    KNOWN_HYPERPARAMETERS,
+    HpValue,
+    auto_value,
+    check_plain_text,
+    check_reserved,
+    check_script_argument,
+    coerce_hyperparameter,
+    parse_bool,
+    parse_float,
+    parse_int,
+    show,
+)
 from jobs.planning.metrics import parse_metrics_value
 from jobs.planning.own_code import check_entry, parse_code
 from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
 from jobs.planning.spec import (
     DEFAULT_MAX_INSTANCES,
-    HP_NAME,
-    KNOWN_HYPERPARAMETERS,
     MP_ENUMS,
     MP_INTS,
     MP_KEYS,
-    HpValue,
     JobSpec,
-    auto_value,
-    coerce_hyperparameter,
-    parse_bool,
-    parse_int,
-    show,
     spec_from_fields,
 )
 
@@ -99,6 +104,10 @@ def _version(raw: str, key: str) -> str:
     if not _VERSION.fullmatch(text):
         raise SpecError(f"{key} takes a version number such as 4.28.1 or 2.0.0, not {show(raw)}.")
     return text
+
+
+def _minutes(raw: str, key: str) -> float:
+    return float(parse_float(raw, key))
 
 
 def _py_version(raw: str, key: str) -> str:
@@ -174,6 +183,8 @@ def _spec_keys() -> list[Key]:
         Key("pytorch_version", _version, "the container's PyTorch version, e.g. 2.0.0.", ("pytorch", "torch")),
         Key("py_version", _py_version, "the container's Python, e.g. py310.", ("python", "py")),
         Key("processes_per_host", parse_int, "model parallel: processes per instance (default 8).", ("processes",)),
+        Key("checkpoint_minutes", _minutes, "save a checkpoint at least this often, in minutes (fractions allowed; spot default 10)."),
+        Key("volume_size", parse_int, "GB of disk for the instances (default: sized to the model and its checkpoints).", ("disk",)),
         Key("code", _code, "your own training code: git+https://HOST/REPO.git@REF (a branch, tag or commit; also "
             "git+ssh:// and git+file://) or s3://BUCKET/KEY.tar.gz, from the sources in TRAINBOT_CODE_SOURCES."),
         Key("entry", _entry, "own code: the script to run, its path in the code, "

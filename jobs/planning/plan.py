@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import math
 import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jobs.planning import own_code, pricing
-from jobs.planning.hyperparameters import ENTRY_POINTS as ENTRY_POINTS  # `as`: re-exported for callers
-from jobs.planning.hyperparameters import check_script_hyperparameters
+from jobs.planning import cadence, own_code, pricing
+from jobs.planning.hyperparameters import ENTRY_POINTS, check_script_hyperparameters
 from jobs.planning.instances import instance_info
 from jobs.planning.metrics import METRIC_DEFINITIONS as METRIC_DEFINITIONS  # re-exported: the plan's defaults
 from jobs.planning.metrics import METRIC_NAMES as METRIC_NAMES
@@ -152,6 +152,10 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
     distribution = distribution_config(spec)
     if distribution is not None:
         estimator["distribution"] = distribution
+    if spec.distribution == "model":
+        # The article's model-parallel notebook turns the debugger off: its hook does not support smp.
+        estimator["debugger_hook_config"] = False
+    estimator["volume_size"] = volume_size_gb(spec)
     estimator["use_spot_instances"] = spec.spot
     estimator["max_run"] = spec.max_run
     if spec.spot:
@@ -170,18 +174,27 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
 
 def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
     """The spec's hyperparameters plus the model and dataset arguments the scripts read, every one a name
-    the task's script takes and none it may not be handed (a stored spec is checked here too)."""
+    the task's script takes and none it may not be handed (a stored spec is checked here too); then the loss
+    and evaluation cadence for the job's length (unless set), and the checkpoint clock."""
     hps: dict[str, str | int | float | bool] = {"model_name_or_path": spec.model}
     if spec.train_data is None:
         hps.update(dataset_hyperparameters(spec.dataset))
         if spec.dataset_revision:
             hps["dataset_revision"] = spec.dataset_revision
     hps.update(spec.hyperparameters)
-    check_script_hyperparameters(hps, spec.task, any_script=spec.own_code)
     if spec.own_code:
+        # A team's script takes its own names: only the reserved are refused, and none of the bot's cadence
+        # or checkpoint arguments is added (run_qa.py v4.28 would refuse eval_strategy or checkpoint_minutes).
+        check_script_hyperparameters(hps, spec.task, any_script=True)
         # The article's output_dir; a spot job's goes where SageMaker keeps checkpoints, so a Trainer script
         # resumes from its newest checkpoint-N there (the bot's spot entry copies the final model back).
         hps["output_dir"] = own_code.bot_output_dir(spot=spec.spot)
+        return hps
+    check_script_hyperparameters(hps, spec.task)
+    steps = cadence.total_steps(spec, spec.hyperparameters)
+    hps.update(cadence.chosen_cadence(spec.hyperparameters, steps, evaluates=cadence.evaluates(hps)))
+    if spec.checkpoint_minutes is not None:
+        hps["checkpoint_minutes"] = spec.checkpoint_minutes
     return hps
 
 
@@ -199,6 +212,35 @@ def code_arguments(spec: JobSpec) -> dict[str, Any]:
         arguments["entry_point"] = own_code.SPOT_ENTRY
         arguments["dependencies"] = [str(Path(training_source_dir()) / own_code.SPOT_ENTRY)]
     return arguments
+
+
+#: Disk for a job whose preset does not size it: SageMaker's default, enough for the models trainbot knows.
+DEFAULT_VOLUME_GB = 30
+#: Parameters of the models trainbot knows by name, to size their disk (checkpoints hold weights and Adam state).
+MODEL_PARAMETERS = {
+    "bert-large-uncased-whole-word-masking": 336_000_000,
+    "bert-large-uncased": 336_000_000,
+    "roberta-large": 355_000_000,
+    "bert-base-uncased": 110_000_000,
+    "roberta-base": 125_000_000,
+    "distilbert-base-uncased": 66_000_000,
+}
+_CHECKPOINT_BYTES_PER_PARAMETER = 16  # fp32 weights (4) + Adam moments (8) + scheduler, RNG and slack
+_KEPT_CHECKPOINTS = 3  # the Trainer keeps every checkpoint unless save_total_limit says otherwise
+_WORKSPACE_GB = 20  # the dataset, its cache and the final model
+
+
+def volume_size_gb(spec: JobSpec) -> int:
+    """The EBS volume: the spec's (a preset's), else sized to the model and its checkpoints."""
+    if spec.volume_size is not None:
+        return spec.volume_size
+    params = MODEL_PARAMETERS.get(spec.model)
+    if params is None:
+        return DEFAULT_VOLUME_GB
+    kept = spec.hyperparameters.get("save_total_limit")
+    kept_count = kept if isinstance(kept, int) and not isinstance(kept, bool) else _KEPT_CHECKPOINTS
+    checkpoint_gb = params * _CHECKPOINT_BYTES_PER_PARAMETER / 1e9
+    return max(DEFAULT_VOLUME_GB, math.ceil(kept_count * checkpoint_gb + _WORKSPACE_GB))
 
 
 def distribution_config(spec: JobSpec) -> dict[str, Any] | None:

@@ -21,20 +21,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, fie
 from jobs.errors import SpecError
 from jobs.planning import versions
 from jobs.planning.hyperparameters import (
-    HP_NAME as HP_NAME,  # `as`: re-exported for jobs.planning.grammar and older callers
-)
-from jobs.planning.hyperparameters import KNOWN_HYPERPARAMETERS as KNOWN_HYPERPARAMETERS
-from jobs.planning.hyperparameters import (
     TRUE_WORDS,
     HpValue,
     check_hyperparameters,
     check_script_hyperparameters,
     show,
 )
-from jobs.planning.hyperparameters import auto_value as auto_value
-from jobs.planning.hyperparameters import coerce_hyperparameter as coerce_hyperparameter
-from jobs.planning.hyperparameters import parse_bool as parse_bool
-from jobs.planning.hyperparameters import parse_int as parse_int
 from jobs.planning.instances import InstanceType, instance_info, normalize_instance_name
 from jobs.planning.metrics import check_user_metrics
 from jobs.planning.own_code import check_entry, is_full_commit, parse_code
@@ -49,6 +41,10 @@ DEFAULT_MAX_INSTANCES = 16
 DEFAULT_MAX_RUN = 86400
 MAX_RUNTIME_SECONDS = 28 * 86400  # SageMaker's cap on MaxRuntimeInSeconds and MaxWaitTimeInSeconds
 DEFAULT_SPOT_SAVE_STEPS = 100
+#: A spot job saves at least this often (minutes): the most training an interruption can cost.
+DEFAULT_SPOT_CHECKPOINT_MINUTES = 10.0
+MAX_CHECKPOINT_MINUTES = 24 * 60
+MAX_VOLUME_GB = 16384  # SageMaker's VolumeSizeInGB limit
 MAX_RESTARTS_LIMIT = 20
 
 #: Datasets trainbot knows: name -> (task, HF dataset name, config name).
@@ -111,6 +107,8 @@ class JobSpec(BaseModel):
     max_restarts: int = 5
     train_data: str | None = None
     dataset_revision: str | None = None
+    checkpoint_minutes: float | None = None  # a checkpoint at least this often; default for spot jobs
+    volume_size: int | None = None  # GB of disk; None: sized to the model (plan.volume_size_gb)
     code: str | None = None  # own code: git+URL[@REF] or s3://BUCKET/KEY.tar.gz
     entry: str | None = None  # own code: the script's path in the repository or tarball
     code_commit: str | None = None  # the commit a git REF named when the lineage was planned (pinned)
@@ -251,6 +249,8 @@ def _fill_spot(data: dict[str, Any]) -> None:
         hps = dict(hps or {})
         hps.setdefault("save_steps", _default_save_steps(hps.get("max_steps")))
         data["hyperparameters"] = hps
+    if data.get("checkpoint_minutes") is None:
+        data["checkpoint_minutes"] = DEFAULT_SPOT_CHECKPOINT_MINUTES
 
 
 def _default_save_steps(max_steps: object) -> int:
@@ -270,6 +270,7 @@ def check_spec(spec: JobSpec, max_instances: int) -> None:
     _check_own_code(spec)
     _check_instances(spec, info, max_instances)
     _check_times(spec)
+    _check_checkpoints_and_disk(spec)
     versions.validate_versions(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.distribution)
     _check_distribution(spec, info)
     if spec.hyperparameters.get("bf16") is True and not info.bf16:
@@ -349,6 +350,17 @@ def _check_times(spec: JobSpec) -> None:
             f"max_wait ({spec.max_wait} s) must be at least max_run ({spec.max_run} s) and at most 28 days: "
             "it covers the wait for spot capacity plus the training itself."
         )
+
+
+def _check_checkpoints_and_disk(spec: JobSpec) -> None:
+    minutes = spec.checkpoint_minutes
+    if minutes is not None and not 0 < minutes <= MAX_CHECKPOINT_MINUTES:
+        raise SpecError(
+            f"checkpoint_minutes must be more than 0 and at most {MAX_CHECKPOINT_MINUTES} (fractions allowed, "
+            f"e.g. 0.5 or 10), not {show(minutes)}."
+        )
+    if spec.volume_size is not None and not 1 <= spec.volume_size <= MAX_VOLUME_GB:
+        raise SpecError(f"volume_size must be between 1 and {MAX_VOLUME_GB} GB, not {spec.volume_size}.")
 
 
 def _check_distribution(spec: JobSpec, info: InstanceType) -> None:

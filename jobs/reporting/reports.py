@@ -41,6 +41,7 @@ class AttemptLine:
     training_seconds: int | None
     cost_usd: float
     resumed_from_step: int | None  # steps this attempt did not redo thanks to the checkpoints
+    steps_redone: int | None = None  # steps the interruption lost past that checkpoint, trained again
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,7 @@ def _attempt_line(attempt: Attempt, count: int) -> AttemptLine:
         training_seconds=attempt.training_seconds,
         cost_usd=_cost(attempt, count, attempt.billable_seconds, spot=attempt.spot),
         resumed_from_step=attempt.resumed_from_step,
+        steps_redone=attempt.steps_redone,
     )
 
 
@@ -236,7 +238,8 @@ def _attempt_text(line: AttemptLine) -> str:
     if line.billable_seconds is not None:
         text += f"  billable {_hms(line.billable_seconds)}, ${line.cost_usd:.2f}"
     if line.resumed_from_step:
-        text += f"  resumed at step {line.resumed_from_step} ({line.resumed_from_step} steps not redone)"
+        redone = f"{line.steps_redone} steps redone" if line.steps_redone is not None else "later steps redone"
+        text += f"  resumed at step {line.resumed_from_step} ({redone})"
     return text
 
 

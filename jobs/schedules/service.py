@@ -40,7 +40,6 @@ from jobs.schedules.store import (
     schedule_runs,
     schedules_table,
 )
-from jobs.schedules.store import scheduler_lease as scheduler_lease  # re-exported for bot/scheduler.py
 from jobs.schedules.text import DEFAULT_TZ, check_name, check_overlap, parse_add_text
 from jobs.settings import Settings
 from jobs.store.schema import write_transaction

@@ -119,6 +119,8 @@ attempts = Table(
     Column("metrics", JSON, nullable=False, default=dict),
     Column("model_artifacts", Text),
     Column("resumed_from_step", Integer),
+    # Steps the interrupted attempt before this one had trained past that checkpoint (lost, so redone).
+    Column("steps_redone", Integer),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("ended_at", UTCDateTime),
@@ -189,15 +191,19 @@ def _create_core_tables(conn: Connection) -> None:
     metadata.create_all(conn, tables=list(CORE_TABLES))
 
 
-def _add_launch_plan(conn: Connection) -> None:
-    # Version 1 creates lineages from today's table, launch_plan included; older databases lack it.
-    if "launch_plan" not in {c["name"] for c in inspect(conn).get_columns("lineages")}:
-        conn.execute(text("ALTER TABLE lineages ADD COLUMN launch_plan JSON"))
+def _add_column(table: str, column: str, sql_type: str) -> Callable[[Connection], None]:
+    # Version 1 creates the tables as they are today, new columns included; older databases lack them.
+    def add(conn: Connection) -> None:
+        if column not in {c["name"] for c in inspect(conn).get_columns(table)}:
+            conn.execute(text(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}"))
+
+    return add
 
 
 _MIGRATIONS: dict[int, Migration] = {
     1: Migration(1, "core tables", _create_core_tables),
-    30: Migration(30, "lineage launch plan", _add_launch_plan),
+    30: Migration(30, "lineage launch plan", _add_column("lineages", "launch_plan", "JSON")),
+    31: Migration(31, "steps redone after a resume", _add_column("attempts", "steps_redone", "INTEGER")),
 }
 
 

@@ -11,6 +11,7 @@ import pytest
 from jobs.errors import SpecError
 from jobs.planning.grammar import keys, parse_command, topic_help
 from jobs.planning.hyperparameters import (
+    KNOWN_HYPERPARAMETERS,
     check_plain_text,
     check_reserved,
     check_script_argument,
@@ -18,6 +19,7 @@ from jobs.planning.hyperparameters import (
     script_arguments,
 )
 from jobs.planning.plan import build_plan
+from jobs.planning.presets import PRESETS
 from jobs.planning.spec import JobSpec, spec_from_fields
 
 BASE = "distilbert-spot"
@@ -127,6 +129,14 @@ def test_script_arguments_hold_no_reserved_name() -> None:
     for task in ("question-answering", "text-classification", None):
         for name in script_arguments(task):
             check_reserved(name)
+
+
+def test_every_typed_key_and_preset_value_is_an_argument_of_its_script() -> None:
+    for name in KNOWN_HYPERPARAMETERS:
+        check_script_argument(name, "question-answering")
+        check_script_argument(name, "text-classification")
+    for fields in PRESETS.values():
+        check_script_hyperparameters(fields.get("hyperparameters", {}), fields["task"])
 
 
 def test_the_scripts_own_arguments_and_training_arguments_of_both_lines_pass() -> None:

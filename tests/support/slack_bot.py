@@ -6,10 +6,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from tests.support.slack_api import TEAM
+from tests.support.slack_api import BOT_TOKEN, TEAM, SlackApiServer
+
+if TYPE_CHECKING:
+    from tests.handlers.fakes import World
 
 
 def signed_headers(
@@ -146,7 +152,7 @@ class HttpBot:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
-        self.asgi = SlackHttpApp(app)
+        self.asgi = SlackHttpApp(app, signing_secret=secret)
         self.server = http_server(self.asgi, host="127.0.0.1", port=self.port)
         self._thread = threading.Thread(target=self.server.run, name="bot-http", daemon=True)
 
@@ -169,17 +175,16 @@ class HttpBot:
         return f"http://127.0.0.1:{self.port}/slack/events"
 
     def send(
-        self, body: str, headers: dict[str, str], *, path: str = "/slack/events", method: str = "POST"
+        self, body: str | bytes, headers: dict[str, str], *, path: str = "/slack/events", method: str = "POST"
     ) -> tuple[int, str]:
         import http.client
 
+        data = body.encode() if isinstance(body, str) else body
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            connection.request(
-                method, path, body=body.encode() if method == "POST" else None, headers=headers
-            )
+            connection.request(method, path, body=data if method == "POST" else None, headers=headers)
             response = connection.getresponse()
-            return response.status, response.read().decode()
+            return response.status, response.read().decode(errors="replace")
         finally:
             connection.close()
 
@@ -222,3 +227,41 @@ class BackgroundWork:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+# ---------------------------------------------------------------- a whole rig
+
+
+@dataclass
+class HttpRig:
+    """The real Bolt app over HTTP on a handlers World (real store, scripted backend), against the fake Slack."""
+
+    slack: SlackApiServer
+    world: World
+    bot: HttpBot
+    work: BackgroundWork
+
+    def settle(self) -> None:
+        self.work.settle()
+
+
+@contextmanager
+def http_rig(tmp_path: Path, *, secret: str, **settings: Any) -> Iterator[HttpRig]:
+    from bot.slack_app import create_app
+    from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
+    from tests.handlers.fakes import make_world
+
+    slack = SlackApiServer().start()
+    work = BackgroundWork()
+    world = make_world(tmp_path, run_later=work, slack_bot_token=BOT_TOKEN, slack_signing_secret=secret,
+                       slack_api_url=slack.base_url, **settings)
+    client = make_web_client(world.settings)
+    app = create_app(world.settings, world.services, client=client,
+                     chat=SlackChat(client, pacer=ChannelPacer(0.0)), http=True)
+    bot = HttpBot(app, secret=secret).start()
+    try:
+        yield HttpRig(slack, world, bot, work)
+    finally:
+        bot.stop()
+        work.shutdown()
+        slack.stop()
