@@ -54,9 +54,9 @@ class ModelArguments:
 
 
 class Encoded(torch.utils.data.Dataset):
-    def __init__(self, tokenizer, records, max_len):
+    def __init__(self, tokenizer, records, max_len, labels):
         self.enc = tokenizer([r["text"] for r in records], truncation=True, max_length=max_len, padding="max_length")
-        self.labels = [int(r["label"]) for r in records]
+        self.labels = [labels.index(str(r["label"])) for r in records]
 
     def __len__(self):
         return len(self.labels)
@@ -75,8 +75,10 @@ def main():
     model_args, training_args = HfArgumentParser((ModelArguments, TrainingArguments)).parse_args_into_dataclasses()
     tokenizer = AutoTokenizer.from_pretrained(model_args.model_name_or_path)
     model = AutoModelForSequenceClassification.from_pretrained(model_args.model_name_or_path, num_labels=2)
-    train = Encoded(tokenizer, read_jsonl(os.environ["SM_CHANNEL_TRAIN"])[:320], model_args.max_seq_length)
-    test = Encoded(tokenizer, read_jsonl(os.environ["SM_CHANNEL_TEST"])[:32], model_args.max_seq_length)
+    train_records = read_jsonl(os.environ["SM_CHANNEL_TRAIN"])[:320]
+    labels = sorted({str(r["label"]) for r in train_records})  # names ("neg", "pos") or numbers
+    train = Encoded(tokenizer, train_records, model_args.max_seq_length, labels)
+    test = Encoded(tokenizer, read_jsonl(os.environ["SM_CHANNEL_TEST"])[:32], model_args.max_seq_length, labels)
     trainer = Trainer(model=model, args=training_args, train_dataset=train, eval_dataset=test, compute_metrics=accuracy)
     trainer.train()
     trainer.save_model()
