@@ -23,6 +23,7 @@ from jobs.settings import Settings
 
 if TYPE_CHECKING:
     from bot.wiring import Runtime
+    from jobs.planning.reader import CommandReader
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("name")
     predict.add_argument("inputs", nargs="*", help="key=value")
     _add_schedule_commands(sub)
+    _add_recipe_commands(sub)
     serve = add("serve", _cmd_serve, "run the Slack bot with the watcher and scheduler")
     serve.add_argument("--http", action="store_true", help="HTTP at /slack/events instead of Socket Mode")
     serve.add_argument("--port", type=int, default=3000)
@@ -121,20 +123,64 @@ def _add_schedule_commands(sub: argparse._SubParsersAction) -> None:  # type: ig
         cmd.set_defaults(run=_cmd_schedule_verb, verb=verb)
 
 
+def _add_recipe_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    recipe = sub.add_parser("recipe", help="team recipes for /train NAME", description="Team recipes.")
+    recipe.set_defaults(run=lambda args, settings: _usage(recipe))
+    verbs = recipe.add_subparsers(title="recipe commands", metavar="VERB")
+    save = verbs.add_parser("save", help="save NAME TEXT...: name a validated /train command")
+    save.add_argument("name")
+    save.add_argument("text", nargs=argparse.REMAINDER, help="the /train arguments, e.g. bert-squad spot=yes")
+    save.set_defaults(run=_cmd_recipe, verb="save")
+    verbs.add_parser("list", help="every recipe (saved and from TRAINBOT_RECIPES_FILE)").set_defaults(
+        run=_cmd_recipe, verb="list", name=None
+    )
+    for verb in ("show", "remove"):
+        cmd = verbs.add_parser(verb, help=f"{verb} a recipe")
+        cmd.add_argument("name")
+        cmd.set_defaults(run=_cmd_recipe, verb=verb)
+
+
 # --- commands that need no backend -------------------------------------------------------
 
 
 def _cmd_parse(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.planning.grammar import help_for, parse_command
+    from jobs.planning.grammar import help_for
 
     text = _text(args.text)
     help_text = help_for(text)
     if help_text is not None:
         print(help_text)
         return 0
-    spec = parse_command(text, max_instances=settings.trainbot_max_instances)
+    spec = _reader(settings).parse(text)
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
     return 0
+
+
+def _cmd_recipe(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.wiring import recipe_book
+    from jobs.recipes import text as recipe_text
+
+    _configure_logging(settings)
+    book = recipe_book(settings)
+    if args.verb == "list":
+        print(recipe_text.render_list(book.list(), book.file_problems()))
+    elif args.verb == "show":
+        print(recipe_text.render_recipe(book.show(args.name)))
+    elif args.verb == "remove":
+        book.remove(args.name, actor=_cli_actor())
+        print(recipe_text.REMOVED.format(name=args.name))
+    else:
+        recipe, replaced = book.save(args.name, _text(args.text), actor=_cli_actor())
+        print((recipe_text.REPLACED if replaced else recipe_text.SAVED).format(name=recipe.name, text=recipe.text))
+    return 0
+
+
+def _reader(settings: Settings) -> CommandReader:
+    """The grammar with this bot's recipes (read from its database and TRAINBOT_RECIPES_FILE)."""
+    from bot.wiring import command_reader, recipe_book
+
+    _configure_logging(settings)
+    return command_reader(settings, recipe_book(settings))
 
 
 def _cmd_plan(args: argparse.Namespace, settings: Settings) -> int:

@@ -63,6 +63,7 @@ Commands (the same as in Slack):
   /logs ID [N]                    the last N lines of each host's log (default 40)
   /notify on [EVENTS] | off | list | dm on|off   route job events to this console (/notify help)
   /home                           the App Home: your jobs, the team's spend, endpoints, schedules
+  /recipe save NAME ARGS | list | show NAME | remove NAME   team recipes, then /train NAME key=value ...
 Buttons: type a card's button label to press it (launch, edit, cancel, stop, deploy); add a job id to
   pick the card, e.g. `stop $last`. Buttons you can press now: {labels}
 Console only:

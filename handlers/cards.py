@@ -10,6 +10,8 @@ from typing import Any
 
 from handlers import blocks as bk
 from handlers import texts
+from jobs.planning.own_code import SPOT_RESUME_NOTE
+from jobs.planning.plan import code_label
 from jobs.planning.pricing import CostEstimate, cost_of, usd
 from jobs.planning.spec import JobSpec
 from jobs.store.store import Attempt, Lineage
@@ -29,7 +31,7 @@ EDIT_CALLBACK = "train.edit_submit"
 
 def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
     pairs = [
-        ("Task", spec.task),
+        ("Task", spec.task or "own code"),
         ("Model", bk.escape(spec.model)),
         ("Dataset", bk.escape(spec.train_data or spec.dataset)),
         ("Instances", f"{spec.instance_count} x {spec.instance_type}"),
@@ -43,6 +45,9 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
                               f"{spec.py_version}"))
     if spec.notify == "dm":
         pairs.append(("Notify", "a DM when it ends"))
+    if spec.own_code:
+        code = texts.PLAN_CODE_VALUE.format(code=code_label(spec), entry=spec.entry)
+        pairs.append((texts.PLAN_CODE, bk.escape(code)))
     if spec.hyperparameters:
         hps = ", ".join(f"{k}={v}" for k, v in spec.hyperparameters.items())
         pairs.append(("Hyperparameters", bk.escape(hps)))
@@ -75,6 +80,8 @@ def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, sc
         lines.append(checkpoint_line(spec.checkpoint_minutes, spec.hyperparameters.get("save_steps")))
     if not spec.spot and spot_pct_if_on:
         lines.append(texts.PLAN_SPOT_OFF.format(pct=spot_pct_if_on))
+    if spec.spot and spec.own_code:
+        lines.append(SPOT_RESUME_NOTE)  # what a team's script must do to resume after an interruption
     body: list[bk.Block] = [bk.header(title), bk.context(texts.PLAN_COMMAND.format(command=bk.escape(command)))]
     body += bk.fields(spec_pairs(spec))
     body.append(bk.section("\n".join(lines)))
@@ -231,6 +238,8 @@ def report_blocks(lineage_id: str, report: dict[str, Any], summary: str) -> list
 
 def _cost_pairs(report: dict[str, Any]) -> list[tuple[str, str]]:
     pairs = []
+    if report.get("code"):
+        pairs.append((texts.REPORT_CODE, bk.escape(str(report["code"]))))
     if isinstance(report.get("cost_usd"), int | float):
         cost = usd(float(report["cost_usd"]))
         on_demand = report.get("on_demand_usd")

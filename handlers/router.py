@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from handlers import blocks as bk
-from handlers import cards, endpoints, home, jobs, logs, schedule, subscriptions, texts, train
+from handlers import cards, endpoints, home, jobs, logs, recipe, schedule, subscriptions, texts, train
 from handlers.chat import Reply
 from handlers.context import CommandContext
 from jobs.errors import PermissionDenied, TrainbotError
@@ -38,6 +38,7 @@ COMMANDS: dict[str, CommandHandler] = {
     "notify": subscriptions.handle_notify,
     "logs": logs.handle_logs,
     "home": home.handle_home,
+    "recipe": recipe.handle_recipe,
 }
 
 ACTIONS: dict[str, ActionHandler] = {

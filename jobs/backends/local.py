@@ -23,13 +23,21 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from jobs.backends import local_container, local_state, local_status
+from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
+from jobs.backends.local_code import (
+    job_hyperparameters,
+    metric_scanner,
+    runnable_source,
+    save_metric_definitions,
+)
 from jobs.backends.local_environment import base_environment
 from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
 from jobs.backends.local_scaling import LocalLimits, LocalRun, is_offline, scale_plan, script_arguments
 from jobs.backends.local_state import JobFolder, JobState
 from jobs.clock import Clock
-from jobs.errors import BackendError, BadInput, InvalidState, NotFound
+from jobs.errors import BackendError, BadInput, InvalidState, NotFound, TrainbotError
 from jobs.planning.hyperparameters import check_launch_hyperparameters
+from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
@@ -67,6 +75,7 @@ class LocalBackend:
         self._offline = offline
         self._limits = limits or LocalLimits()
         self._use_toolkit = use_toolkit  # None: the toolkit where it can run, else the direct runner
+        self._code = CodeMaterializer(self._home, GitCodeSources(self._home), S3Tarballs(self._home, _s3_client))
 
     # ------------------------------------------------------------------ the port
 
@@ -75,7 +84,9 @@ class LocalBackend:
             raise BadInput(
                 f"Job name {job_name!r} is not valid: use letters, digits and hyphens, at most 63."
             )
-        check_launch_hyperparameters(plan.estimator.get("hyperparameters") or {})
+        check_launch_hyperparameters(
+            without_bot_arguments(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
+        )
         folder = JobFolder(self._jobs_root, job_name)
         with folder.locked():
             if folder.exists():  # a retried launch: the job is there, never start a second process
@@ -84,8 +95,8 @@ class LocalBackend:
             shutil.rmtree(folder.path, ignore_errors=True)  # leftovers of a launch that died before its state
             try:
                 self._start(folder, plan)
-            except BackendError:
-                shutil.rmtree(folder.path, ignore_errors=True)  # no job exists: leave no half of one
+            except TrainbotError:  # a refusal (the backend's or the code's): no half of a job stays
+                shutil.rmtree(folder.path, ignore_errors=True)
                 raise
             except OSError as exc:
                 shutil.rmtree(folder.path, ignore_errors=True)
@@ -125,7 +136,8 @@ class LocalBackend:
         return [(str(path), local_state.tail_lines(path, lines))]
 
     def metric_series(self, job_name: str) -> MetricSeries:
-        return local_status.metric_series(self._folder(job_name).log_path)
+        folder = self._folder(job_name)
+        return local_status.metric_series(folder.log_path, metric_scanner(folder))
 
     def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         folder = self._folder(job_name)
@@ -176,12 +188,13 @@ class LocalBackend:
             assets = ensure_local_assets(self._home)
         run = scale_plan(plan, offline=offline, limits=self._limits, assets=assets)
         kind = self._runner_kind()
-        entry = self._package_code(folder, plan, unpack=kind == local_container.DIRECT)
+        entry, code_env = self._package_code(folder, plan, unpack=kind == local_container.DIRECT)
         uri = plan.estimator.get("checkpoint_s3_uri")
         checkpoints = self.checkpoint_folder(uri) if uri else folder.path / "checkpoints"
         for path in (folder.model_dir, folder.output_dir, folder.config_dir, folder.log_path.parent, checkpoints):
             path.mkdir(parents=True, exist_ok=True)
-        hps = {**run.hyperparameters, "checkpoint_dir": str(checkpoints)}
+        hps = job_hyperparameters(plan, run.hyperparameters, folder, checkpoints)
+        save_metric_definitions(folder, plan)
         channels = {name: path for name, path in (("train", run.train_channel), ("test", run.test_channel)) if path}
         instance_type = str(plan.estimator.get("instance_type", ""))
         local_container.write_container_config(
@@ -196,7 +209,7 @@ class LocalBackend:
             instance_type=instance_type,
             instance_count=int(plan.estimator.get("instance_count", 1)),
             spot=bool(plan.estimator.get("use_spot_instances")),
-            task=plan.spec.task,
+            task=plan.spec.task or "",
             runner=kind,
             processes=run.processes,
             offline=offline,
@@ -208,6 +221,7 @@ class LocalBackend:
         )
         folder.save(state)  # before the spawn: a crash in between leaves a record, never a stray process
         argv, env = self._command(kind, folder, run, hps, channels, entry)
+        env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
         state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
         folder.save(state)
         logger.info("launched local job %s (pid %s): %s", folder.name, state.pid, state.note)
@@ -219,19 +233,14 @@ class LocalBackend:
             usable = self._use_toolkit
         return local_container.TOOLKIT if usable else local_container.DIRECT
 
-    def _package_code(self, folder: JobFolder, plan: LaunchPlan, *, unpack: bool) -> str:
-        # A snapshot, as SageMaker uploads source_dir: editing training/ never changes a running job.
-        source = Path(str(plan.estimator.get("source_dir", "")))
-        entry = str(plan.estimator.get("entry_point", ""))
-        if not (source / entry).is_file():
-            raise BackendError(
-                f"The training script {entry} was not found in {source}; install trainbot with its training/ folder."
-            )
+    def _package_code(self, folder: JobFolder, plan: LaunchPlan, *, unpack: bool) -> tuple[str, dict[str, str]]:
+        # A snapshot, as SageMaker uploads source_dir: editing the source never changes a running job.
+        source = runnable_source(self._code, plan)
         folder.path.mkdir(parents=True, exist_ok=True)
-        local_container.write_sourcedir(source, folder.sourcedir_path)
+        local_container.write_sourcedir(Path(source.source_dir), folder.sourcedir_path)
         if unpack:
             local_container.unpack_sourcedir(folder.sourcedir_path, folder.code_dir)
-        return entry
+        return source.entry_point, dict(source.environment)
 
     def _command(
         self, kind: str, folder: JobFolder, run: LocalRun, hps: dict[str, Any], channels: dict[str, Path], entry: str
@@ -356,6 +365,13 @@ class LocalBackend:
         assert state.pid is not None
         spare = "/train" if state.runner == local_container.TOOLKIT and sig == SIGTERM else None
         self._runner.signal_group(state.pid, sig, spare=spare)
+
+
+def _s3_client() -> Any:
+    # Built only when a local job's code is an s3:// tarball: the standard AWS chain, AWS_ENDPOINT_URL included.
+    from jobs.backends.sagemaker_session import make_boto_session
+
+    return make_boto_session().client("s3")
 
 
 def _safe_part(part: str) -> str:

@@ -64,8 +64,8 @@ class LocalRun:
     def note(self) -> str:
         steps = self.hyperparameters.get("max_steps")
         procs = f"{self.processes} process" + ("es" if self.processes != 1 else "")
-        line = f"local: {self.model_label}, {self.data_label}, {steps} steps, {procs}"
-        return "; ".join((line, *self.notes))
+        parts = [self.model_label, self.data_label, *([f"{steps} steps"] if steps is not None else []), procs]
+        return "; ".join(("local: " + ", ".join(parts), *self.notes))
 
 
 def is_offline(offline: bool | None) -> bool:
@@ -83,7 +83,9 @@ def scale_plan(
     """The local version of `plan`. `assets` gives the tiny model and generated data (offline);
     without them (a plan card) only the note is meaningful."""
     spec = plan.spec
-    hps = _capped_hyperparameters(dict(plan.estimator.get("hyperparameters") or {}), spec.task, limits)
+    if spec.own_code:
+        return _own_code_run(plan, offline=offline, limits=limits, assets=assets)
+    hps = _capped_hyperparameters(dict(plan.estimator.get("hyperparameters") or {}), spec.task or "", limits)
     # The same cadence rule as the plan's, for the scaled-down length: a loss curve here too.
     hps.update(cadence.chosen_cadence(spec.hyperparameters, int(hps["max_steps"]), evaluates=cadence.evaluates(hps)))
     processes, notes = _processes(spec.distribution, spec.instance_count, limits)
@@ -100,6 +102,30 @@ def scale_plan(
         model_label = "tiny BERT"
     else:
         model_label = str(hps.get("model_name_or_path") or spec.model)
+    return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes))
+
+
+def _own_code_run(plan: LaunchPlan, *, offline: bool, limits: LocalLimits, assets: LocalAssets | None) -> LocalRun:
+    """A team's own script gets its arguments as planned: nothing is added (it may not take our keys), the
+    sizes it was given are capped, half precision is off on the CPU, and offline its model= is the tiny BERT."""
+    spec = plan.spec
+    hps = {k: v for k, v in dict(plan.estimator.get("hyperparameters") or {}).items() if not k.startswith("sagemaker_")}
+    for key, limit in (("max_steps", limits.max_steps), ("per_device_train_batch_size", limits.train_batch_size),
+                       ("per_device_eval_batch_size", limits.eval_batch_size), ("max_seq_length", limits.max_seq_length)):
+        if key in hps:
+            _cap(hps, key, limit)
+    processes, notes = _processes(spec.distribution, spec.instance_count, limits)
+    if _half_precision(hps):
+        notes.append("fp16 off on the CPU")
+        hps.update({key: False for key in ("fp16", "bf16") if key in hps})
+    own = _local_folder(spec.train_data)
+    train, test = ((own / "train", own / "test") if (own / "train").is_dir() else (own, own)) if own else (None, None)
+    model_label = str(hps.get("model_name_or_path") or spec.model)
+    if offline and "model_name_or_path" in hps:
+        hps["model_name_or_path"] = str(assets.model_dir if assets else _TINY_MODEL_PLACEHOLDER)
+        model_label = "tiny BERT"
+    data_label = f"data from {own}" if own else "the script's own data arguments"
+    notes.insert(0, f"your {spec.entry} with its arguments as planned")
     return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes))
 
 

@@ -23,8 +23,9 @@ from datetime import datetime
 from pathlib import Path
 
 from jobs.backends import local_state
+from jobs.backends.local_code import metric_scanner
 from jobs.backends.local_state import JobFolder, JobState
-from jobs.planning.plan import parse_metric_line
+from jobs.planning.metrics import MetricScanner
 from jobs.records import MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
 
 #: What training/ prints when it picks a checkpoint up (the step is the checkpoint folder's number).
@@ -160,12 +161,13 @@ def steps_redone(folder: JobFolder) -> int | None:
 
 
 def final_metrics(folder: JobFolder) -> dict[str, float]:
-    """The last value of each `[metric]` line, then the script's metrics.json on top of them."""
+    """The last value of each metric the job's definitions find in its log (`[metric]` lines, a Trainer's
+    printed dicts, a team's own), then the script's metrics.json on top of them."""
     metrics: dict[str, float] = {}
+    scanner = metric_scanner(folder)
     for line in local_state.read_lines(folder.log_path):
-        parsed = parse_metric_line(line)
-        if parsed is not None:
-            metrics[parsed[0]] = parsed[1]
+        for name, value, _ in scanner.scan(line):
+            metrics[name] = value
     try:
         written = json.loads((folder.output_dir / "metrics.json").read_text())
     except (OSError, ValueError):
@@ -176,13 +178,13 @@ def final_metrics(folder: JobFolder) -> dict[str, float]:
     return metrics
 
 
-def metric_series(log_path: Path) -> MetricSeries:
-    """Every `[metric]` line of the log as {name: [MetricPoint(step, value)]}, ordered by step."""
+def metric_series(log_path: Path, scanner: MetricScanner | None = None) -> MetricSeries:
+    """Every metric the definitions find in the log as {name: [MetricPoint(step, value)]}, ordered by step
+    (a line without a step, such as a Trainer's printed dict, counts by its line number)."""
     points: dict[str, dict[int, float]] = {}
+    scanner = scanner or MetricScanner.of()
     for n, line in enumerate(local_state.read_lines(log_path)):
-        parsed = parse_metric_line(line)
-        if parsed is not None:
-            name, value, step = parsed
+        for name, value, step in scanner.scan(line):
             # Several processes (or a re-logged step) may print one step twice: the last one counts.
             points.setdefault(name, {})[step if step is not None else n] = value
     return {

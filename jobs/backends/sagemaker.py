@@ -11,8 +11,10 @@ from __future__ import annotations
 import heapq
 import logging
 import re
+import tempfile
 import threading
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -28,6 +30,7 @@ from jobs.backends.aws_errors import (
     missing_bucket,
 )
 from jobs.backends.aws_errors import not_found as job_not_found
+from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
 from jobs.backends.sagemaker_session import (
     MAX_ATTEMPTS,
     build_sdk_session,
@@ -39,6 +42,7 @@ from jobs.backends.sagemaker_session import (
 from jobs.clock import Clock
 from jobs.errors import ConfigError, SpecError
 from jobs.planning.hyperparameters import check_launch_hyperparameters
+from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
 from jobs.settings import Settings
 
@@ -74,6 +78,7 @@ class SageMakerBackend:
         region: str | None = None,
         name_contains: str | None = None,
         max_attempts: int = MAX_ATTEMPTS,
+        code_home: Path | None = None,
     ) -> None:
         if not role_arn:
             raise ConfigError("No SageMaker execution role is set: set TRAINBOT_ROLE_ARN to the role's ARN.")
@@ -95,6 +100,9 @@ class SageMakerBackend:
         self._sdk_session: Any = None
         self._sdk_lock = threading.Lock()
         self._bucket_seen_until: datetime | None = None
+        # Teams' own code is checked out (at its pinned commit) and cached here before the SDK uploads it.
+        home = code_home or Path(tempfile.gettempdir()) / "trainbot"
+        self._code = CodeMaterializer(home, GitCodeSources(home), S3Tarballs(home, lambda: self._s3))
 
     @classmethod
     def from_settings(cls, settings: Settings, *, clock: Clock) -> SageMakerBackend:
@@ -107,20 +115,22 @@ class SageMakerBackend:
             bucket=settings.trainbot_bucket,
             clock=clock,
             region=region,
+            code_home=settings.trainbot_home,
         )
 
     # -- launching ---------------------------------------------------------------------------------
 
     def launch(self, job_name: str, plan: LaunchPlan) -> None:
         # However the plan was made (stored, replayed, built by hand): no sagemaker_* or other reserved name.
-        check_launch_hyperparameters(plan.estimator.get("hyperparameters") or {})
+        check_launch_hyperparameters(
+            without_bot_arguments(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
+        )
         ctx = self._ctx(f"launch training job {job_name}", self._sm)
         self._check_bucket(ctx)
         inputs = _input_channels(plan)
+        arguments = self._sdk_arguments(plan.estimator)
         with aws_errors(ctx, sdk=True):
-            estimator = huggingface_estimator(
-                **plan.estimator, role=self._role_arn, sagemaker_session=self._session()
-            )
+            estimator = huggingface_estimator(**arguments, role=self._role_arn, sagemaker_session=self._session())
             try:
                 estimator.fit(inputs=inputs, wait=False, logs=False, job_name=job_name)
             except ClientError as exc:
@@ -130,6 +140,16 @@ class SageMakerBackend:
                 logger.info("training job %s already exists; counted as launched", job_name)
                 return
         logger.info("launched SageMaker training job %s", job_name)
+
+    def _sdk_arguments(self, estimator: dict[str, Any]) -> dict[str, Any]:
+        """The plan's arguments as the SDK takes them: own code checked out here at its pinned commit (the
+        SDK's own git_config cannot pin file:// repositories nor cache a clone), then uploaded by the SDK."""
+        if "git_config" not in estimator and not estimator.get("dependencies"):
+            return dict(estimator)
+        source = self._code.runnable(estimator, keep_s3=True)
+        arguments = {k: v for k, v in estimator.items() if k not in ("git_config", "dependencies")}
+        arguments.update(source_dir=source.source_dir, entry_point=source.entry_point)
+        return arguments
 
     def _session(self) -> Any:
         # Built once, on the first launch: importing and setting up the SDK costs about a second.

@@ -29,7 +29,6 @@ from jobs.errors import InvalidState, NotFound, PermissionDenied, ScheduleError,
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.state import LineageStatus
 from jobs.permissions import AccessPolicy
-from jobs.planning.grammar import parse_command
 from jobs.records import Actor
 from jobs.schedules.comparison import DEFAULT_REGRESSION_POINTS, Comparison, compare_runs, final_metrics
 from jobs.schedules.store import (
@@ -103,7 +102,7 @@ class ScheduleService:
         self.calendar.validate(cron, tz)
         if self.calendar.next_fire(cron, tz, self._clock.now()) is None:
             raise ScheduleError(f"cron={cron!r} never fires (no such date): check the day and month fields.")
-        spec = parse_command(text, max_instances=self._settings.trainbot_max_instances)
+        spec = self._jobs.plan(text).spec  # as a run will read it: recipes, own code allowed and pinned
         self._policy.check_can_use(actor)
         now = self._clock.now()
         values = dict(name=name, cron=cron, tz=tz, text=text, channel=channel, created_by=actor.user_id,

@@ -195,7 +195,7 @@ class TestMetrics:
     @pytest.mark.parametrize(
         "line",
         ["", "loss=0.5 step=1", "[metric] lossy=0.5 step=1", "[metric] loss=abc step=1", "[metric] loss=1.2.3 step=1",
-         "[metrics] loss=0.5 step=1", "{'loss': 0.5}"],
+         "[metrics] loss=0.5 step=1", "{'lossy': 0.5}", "{'eval_loss_x': 0.5}"],
     )
     def test_other_lines_are_not_metrics(self, line: str) -> None:
         assert parse_metric_line(line) is None

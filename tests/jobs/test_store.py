@@ -64,7 +64,7 @@ def test_migrate_creates_every_table_in_a_new_folder_and_is_idempotent(
     assert path.exists()
     tables = set(inspect(store.engine).get_table_names())
     assert {"lineages", "attempts", "audit", "outbox", "meta", "schema_version"} <= tables
-    assert store.schema_versions() == [1, 9, 18, 20, 30, 31]  # core, schedules, notifications, endpoints, plans, redone
+    assert store.schema_versions() == [1, 9, 16, 18, 20, 30, 31]  # core, schedules, recipes, notifications, endpoints, plans, redone
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
 
@@ -91,7 +91,7 @@ def test_a_later_step_migrates_an_older_database_once(
         store = Store(url, clock=clock)
         store.migrate()
         store.migrate()
-        assert store.schema_versions() == [1, 2, 9, 18, 20, 30, 31]
+        assert store.schema_versions() == [1, 2, 9, 16, 18, 20, 30, 31]
         assert calls == [1]
         with store.engine.begin() as conn:
             conn.execute(extra.insert().values(name="a", n=1))

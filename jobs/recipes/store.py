@@ -1,0 +1,53 @@
+"""The recipes table (schema version 16) and the record read from it.
+
+Another engineer moves the schema to Alembic: this step needs a revision of its own there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Column, Connection, String, Table, Text
+from sqlalchemy.engine import Row
+
+from jobs.store.schema import UTCDateTime, metadata, register_migration
+
+SCHEMA_VERSION = 16
+
+recipes_table = Table(
+    "recipes", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("text", Text, nullable=False),  # the /train arguments, as validated when saved
+    Column("created_by", String(64), nullable=False),  # the author: only they or an admin change it
+    Column("via", String(32), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+
+def _create(conn: Connection) -> None:
+    recipes_table.create(conn, checkfirst=True)
+
+
+register_migration(SCHEMA_VERSION, "recipes table", _create)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    text: str
+    created_by: str  # a user id; "file" for a recipe from TRAINBOT_RECIPES_FILE
+    source: str  # "database" or the recipes file's path
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+    @property
+    def read_only(self) -> bool:
+        return self.source != "database"
+
+
+def recipe_from_row(row: Row[Any]) -> Recipe:
+    return Recipe(name=row.name, text=row.text, created_by=row.created_by, source="database",
+                  created_at=row.created_at, updated_at=row.updated_at)
