@@ -92,6 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("name")
     predict.add_argument("inputs", nargs="*", help="key=value")
     _add_schedule_commands(sub)
+    _add_db_commands(sub)
     serve = add("serve", _cmd_serve, "run the Slack bot with the watcher and scheduler")
     serve.add_argument("--http", action="store_true", help="HTTP at /slack/events instead of Socket Mode")
     serve.add_argument("--port", type=int, default=3000)
@@ -116,6 +117,19 @@ def _add_schedule_commands(sub: argparse._SubParsersAction) -> None:  # type: ig
         cmd = verbs.add_parser(verb, help=f"{verb} a schedule")
         cmd.add_argument("name")
         cmd.set_defaults(run=_cmd_schedule_verb, verb=verb)
+
+
+def _add_db_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    db = sub.add_parser("db", help="the store's schema: upgrade, current",
+                        description="The store's schema (Alembic revisions; every bot also upgrades at start).")
+    db.set_defaults(run=lambda args, settings: _usage(db))
+    verbs = db.add_subparsers(title="db commands", metavar="VERB")
+    verbs.add_parser("upgrade", help="apply the revisions the store lacks (under a lock)").set_defaults(
+        run=_cmd_db_upgrade
+    )
+    verbs.add_parser("current", help="the store's revision, and whether it is the newest").set_defaults(
+        run=_cmd_db_current
+    )
 
 
 # --- commands that need no backend -------------------------------------------------------
@@ -265,6 +279,47 @@ def _cmd_schedule_verb(args: argparse.Namespace, settings: Settings) -> int:
     getattr(schedules, args.verb)(args.name)
     print(f"schedule {args.name}: {args.verb}d" if args.verb != "remove" else f"schedule {args.name} removed")
     return 0
+
+
+# --- the store's schema ---------------------------------------------------------------------
+
+
+def _cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.clock import SystemClock
+    from jobs.store.store import Store
+
+    _configure_logging(settings)
+    store = Store(settings.database_url, clock=SystemClock())
+    applied = store.migrate()
+    where = store.engine.url.render_as_string(hide_password=True)
+    if applied:
+        print(f"{where}: applied {', '.join(applied)}; now at {store.schema_revision()} (the newest)")
+    else:
+        print(f"{where}: {_revision_text(store.schema_revision())}; nothing to apply")
+    return 0
+
+
+def _cmd_db_current(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.clock import SystemClock
+    from jobs.store.store import Store
+
+    store = Store(settings.database_url, clock=SystemClock())
+    where = store.engine.url.render_as_string(hide_password=True)
+    print(f"{where}: {_revision_text(store.schema_revision())}")
+    return 0
+
+
+def _revision_text(revision: str | None) -> str:
+    from jobs.store.migrate import head_revision, is_known
+
+    head = head_revision()
+    if revision == head:
+        return f"at revision {head}, the newest"
+    if revision is None:
+        return f"no revision yet (new, or made by the first release); `trainbot db upgrade` brings it to {head}"
+    if not is_known(revision):
+        return f"at revision {revision}, newer than this trainbot knows ({head}): a newer bot migrated it"
+    return f"at revision {revision}, behind {head}; `trainbot db upgrade` (or any bot's start) applies the rest"
 
 
 # --- surfaces -------------------------------------------------------------------------------

@@ -27,6 +27,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util.exc import CommandError
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import OperationalError
+
+from jobs.errors import ConfigError
 
 from jobs.store.schema import UTCDateTime, full_metadata, make_engine, write_transaction
 
@@ -72,13 +75,30 @@ def is_known(revision: str) -> bool:
 
 def current_revision(engine: Engine) -> str | None:
     """The database's revision; None for a database no revision was applied to (new, or the first release's)."""
-    with engine.connect() as conn:
+    with reachable(engine), engine.connect() as conn:
         return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade(engine: Engine, target: str = "head") -> list[str]:
     """Bring the database to `target` (the newest revision by default); returns the revisions applied here,
-    in order: empty when it was already there, or when another process did it while this one waited."""
+    in order: empty when it was already there, or when another process did it while this one waited.
+    The first contact with the store at start: an unreachable one is a ConfigError naming it."""
+    with reachable(engine):
+        return _upgrade(engine, target)
+
+
+@contextmanager
+def reachable(engine: Engine) -> Iterator[None]:
+    """Turns "cannot connect" into one sentence naming the store (its password hidden)."""
+    try:
+        yield
+    except OperationalError as exc:
+        where = engine.url.render_as_string(hide_password=True)
+        reason = str(exc.orig or exc).strip().splitlines()[0]
+        raise ConfigError(f"cannot reach the store at {where} ({reason}); check TRAINBOT_DATABASE_URL.") from exc
+
+
+def _upgrade(engine: Engine, target: str) -> list[str]:
     with migration_lock(engine) as conn:
         current = MigrationContext.configure(conn).get_current_revision()
         if current is not None and not is_known(current):

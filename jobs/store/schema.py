@@ -41,7 +41,10 @@ from sqlalchemy import (
     event,
     make_url,
 )
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from sqlalchemy.pool import StaticPool
+
+from jobs.errors import ConfigError
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -174,9 +177,23 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
 def make_engine(url: str) -> Engine:
-    parsed = make_url(url)
+    """The engine for TRAINBOT_DATABASE_URL; ConfigError (one sentence) for a URL it cannot use."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise ConfigError(
+            "TRAINBOT_DATABASE_URL is not a database URL: write e.g. sqlite:////var/lib/trainbot/trainbot.db "
+            "or postgresql+psycopg://USER:PASSWORD@HOST:5432/DATABASE."
+        ) from None
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_pre_ping=True)
+        try:
+            return create_engine(parsed, pool_pre_ping=True)
+        except (ImportError, NoSuchModuleError):
+            raise ConfigError(
+                f"TRAINBOT_DATABASE_URL names the driver {parsed.drivername!r}, which is not installed: for "
+                "PostgreSQL write postgresql+psycopg://... and install the postgres extra "
+                "(pip install 'trainbot[postgres]')."
+            ) from None
     database = parsed.database or ""
     memory = database in ("", ":memory:") or "mode=memory" in url
     if not memory and not database.startswith("file:"):
