@@ -93,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("inputs", nargs="*", help="key=value")
     _add_schedule_commands(sub)
     _add_db_commands(sub)
+    _add_events_commands(sub)
     serve = add("serve", _cmd_serve, "run the Slack bot with the watcher and scheduler")
     serve.add_argument("--http", action="store_true", help="HTTP at /slack/events instead of Socket Mode")
     serve.add_argument("--port", type=int, default=3000)
@@ -130,6 +131,18 @@ def _add_db_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[t
     verbs.add_parser("current", help="the store's revision, and whether it is the newest").set_defaults(
         run=_cmd_db_current
     )
+
+
+def _add_events_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    events = sub.add_parser("events", help="SageMaker's job changes pushed by EventBridge: setup",
+                            description="SageMaker's job and endpoint changes pushed to the bot by EventBridge.")
+    events.set_defaults(run=lambda args, settings: _usage(events))
+    verbs = events.add_subparsers(title="events commands", metavar="VERB")
+    setup = verbs.add_parser("setup", help="create (or update) the SQS queue and the EventBridge rule; "
+                                          "prints the queue URL for TRAINBOT_EVENTS_QUEUE")
+    setup.add_argument("--queue", help="the queue's name (default: TRAINBOT_EVENTS_QUEUE, else "
+                                       "trainbot-sagemaker-events)")
+    setup.set_defaults(run=_cmd_events_setup)
 
 
 # --- commands that need no backend -------------------------------------------------------
@@ -320,6 +333,22 @@ def _revision_text(revision: str | None) -> str:
     if not is_known(revision):
         return f"at revision {revision}, newer than this trainbot knows ({head}): a newer bot migrated it"
     return f"at revision {revision}, behind {head}; `trainbot db upgrade` (or any bot's start) applies the rest"
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+def _cmd_events_setup(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.backends.sagemaker_events import setup_from_settings
+    from jobs.settings import EVENTS_POLL_SECONDS
+
+    _configure_logging(settings)
+    done = setup_from_settings(settings, args.queue)
+    print(f"rule {done.rule_arn} sends SageMaker's job and endpoint state changes to the queue. Set "
+          f"TRAINBOT_EVENTS_QUEUE to the URL below; the full poll then only reconciles, every "
+          f"{EVENTS_POLL_SECONDS:g} s unless TRAINBOT_POLL_SECONDS is set.", file=sys.stderr)
+    print(done.queue_url)
+    return 0
 
 
 # --- surfaces -------------------------------------------------------------------------------

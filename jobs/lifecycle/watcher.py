@@ -150,6 +150,29 @@ class Watcher:
         cycle.api_calls += self._backend.calls
         return cycle
 
+    def check_now(self, job_names: list[str]) -> CycleResult:
+        """Look at these jobs now (an event said they changed): describe each one still tracked, then mirror
+        and settle it as `poll_once` does; and settle the lineages of the named jobs from the store (a due
+        relaunch). Names not tracked, or already ended in the store, cost no API call."""
+        cycle = CycleResult()
+        self._backend.calls = 0
+        wanted = set(job_names)
+        for attempt in self._store.active_attempts(backend=self._backend.name):
+            if attempt.job_name in wanted:
+                self._guard(cycle, attempt.job_name, lambda a=attempt: self._check(a, None, cycle))
+        for name in wanted:
+            self._guard(cycle, name, lambda n=name: self._settle_owner(n, cycle))
+        cycle.api_calls += self._backend.calls
+        return cycle
+
+    def _settle_owner(self, job_name: str, cycle: CycleResult) -> None:
+        try:
+            lineage = self._store.find(job_name)
+        except NotFound:
+            return  # not one of ours
+        if lineage.backend == self._backend.name and not lineage.status.is_terminal():
+            self._settler.settle(lineage, cycle)
+
     def _guard(self, cycle: CycleResult, what: str, step: Any) -> None:
         # One job's trouble never blocks the others; the cursor stays put so the next cycle redoes it.
         try:

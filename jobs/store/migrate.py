@@ -30,7 +30,6 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
 from jobs.errors import ConfigError
-
 from jobs.store.schema import UTCDateTime, full_metadata, make_engine, write_transaction
 
 log = logging.getLogger(__name__)
