@@ -68,10 +68,11 @@ def _arrange(jobs: int, home: Path, role_arn: str) -> tuple[Any, Any, Any, Reque
     from jobs.backends.sagemaker import SageMakerBackend
     from jobs.backends.sagemaker_session import make_boto_session
     from jobs.clock import SystemClock
+    from jobs.lifecycle import state as st
     from jobs.lifecycle.service import JobService
     from jobs.planning.grammar import parse_command
     from jobs.planning.plan import checkpoint_uri
-    from jobs.records import Actor, AttemptStatus, LineageStatus
+    from jobs.records import Actor
     from jobs.settings import Settings
     from jobs.store.store import Store
     from tests.support.moto_server import ago, set_training_job_state
@@ -89,8 +90,8 @@ def _arrange(jobs: int, home: Path, role_arn: str) -> tuple[Any, Any, Any, Reque
                              checkpoint_uri=checkpoint_uri(BUCKET, lineage_id), actor=Actor("U1"),
                              estimated_usd=1.0)
         store.add_attempt(lineage_id, number=1, instance_type=spec.instance_type, spot=spec.spot)
-        store.transition_attempt(f"{lineage_id}-1", [AttemptStatus.LAUNCHING], AttemptStatus.RUNNING)
-        store.transition_lineage(lineage_id, [LineageStatus.PENDING], LineageStatus.RUNNING)
+        store.transition_attempt(f"{lineage_id}-1", st.ATTEMPT_CONFIRMED)
+        store.transition_lineage(lineage_id, st.CONFIRM_LAUNCH)
     requests = Requests()
     session = make_boto_session("us-east-1")
     requests.attach(session)
@@ -138,7 +139,7 @@ def run(jobs: int) -> None:
             print(f"arranged {jobs} InProgress jobs and RUNNING lineages in {time.perf_counter() - started:.1f} s")
             settings = Settings(trainbot_bucket=BUCKET, trainbot_role_arn=role_arn, trainbot_home=home,
                                 trainbot_relaunch_backoff_seconds=0)
-            watcher = Watcher(store, backend, service, SystemClock(), settings)
+            watcher = Watcher(store, backend, SystemClock(), settings)
             # The SDK session is built on a process's first launch; the bot pays that once, at its start.
             backend.launch("bench-warm-1", build_plan(parse_command(PLAN_TEXT), bucket=BUCKET, lineage_id="bench-warm"))
 

@@ -36,8 +36,9 @@ from bot.console_jobs import JobTicker, session_lineages
 from handlers import router
 from handlers.context import CommandContext, Services
 from jobs.errors import TrainbotError
+from jobs.lifecycle.state import LineageStatus
 from jobs.lifecycle.watcher import Watcher
-from jobs.records import Actor, LineageStatus
+from jobs.records import Actor
 from jobs.store.store import Lineage
 
 if TYPE_CHECKING:
@@ -104,8 +105,8 @@ def tune_for_terminal(runtime: Runtime) -> None:
     if not overrides:
         return
     runtime.settings = settings.model_copy(update=overrides)
-    runtime.watcher = Watcher(store=runtime.store, backend=runtime.backend, service=runtime.jobs,
-                              clock=runtime.clock, settings=runtime.settings)
+    runtime.watcher = Watcher(store=runtime.store, backend=runtime.backend, clock=runtime.clock,
+                              settings=runtime.settings)
 
 
 class Console:

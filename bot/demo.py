@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, TextIO
 from bot import console_render as render
 from bot.console import Console, tune_for_terminal
 from bot.console_chat import Screen
+from jobs.lifecycle.state import LineageStatus
 from jobs.planning.pricing import estimate, usd
-from jobs.records import LineageStatus
 from jobs.reporting.reports import JobReport, build_report
 
 if TYPE_CHECKING:

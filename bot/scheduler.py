@@ -34,7 +34,8 @@ from jobs.settings import Settings
 from jobs.store.schema import write_transaction
 
 if TYPE_CHECKING:
-    from bot.wiring import Runtime
+    from jobs.lifecycle.service import JobService
+    from jobs.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +319,6 @@ class SchedulerRunner:
             self._scheduler.wakeup()
 
 
-def build_schedule_service(runtime: Runtime) -> ScheduleService:
-    """For bot/wiring.py: the service on the runtime's store, with the APScheduler calendar."""
-    return ScheduleService(store=runtime.store, jobs=runtime.jobs, calendar=ApsCronCalendar(),
-                           settings=runtime.settings, clock=runtime.clock)
+def build_schedule_service(store: Store, jobs: JobService, settings: Settings, clock: Clock) -> ScheduleService:
+    """For bot/wiring.py: the schedules on the store, with the APScheduler calendar."""
+    return ScheduleService(store=store, jobs=jobs, calendar=ApsCronCalendar(), settings=settings, clock=clock)

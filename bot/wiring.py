@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from bot.scheduler import SchedulerRunner, build_schedule_service
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock, SystemClock
 from jobs.errors import ConfigError
 from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import LineageStatus
 from jobs.lifecycle.watcher import Watcher
-from jobs.records import LineageStatus
 from jobs.settings import Settings
 from jobs.store.store import Store
 
@@ -209,8 +210,6 @@ class Runtime:
     def _start_scheduler(self) -> None:
         if self.schedules is None:
             return
-        from bot.scheduler import SchedulerRunner
-
         self._scheduler = SchedulerRunner(self.settings, self.schedules, self.clock)
         self._scheduler.start()
 
@@ -235,7 +234,7 @@ def build_runtime(
     store.migrate()
     backend = backend or _build_backend(settings, clock, force_local=force_local)
     jobs = JobService(store=store, backend=backend, settings=settings, clock=clock)
-    watcher = Watcher(store=store, backend=backend, service=jobs, clock=clock, settings=settings)
+    watcher = Watcher(store=store, backend=backend, clock=clock, settings=settings)
     runtime = Runtime(settings=settings, clock=clock, store=store, backend=backend, jobs=jobs, watcher=watcher)
     runtime.schedules = _build_schedules(runtime)
     runtime.endpoints = _build_endpoints(runtime)
@@ -259,11 +258,7 @@ def _build_backend(settings: Settings, clock: Clock, *, force_local: bool) -> Tr
 
 
 def _build_schedules(runtime: Runtime) -> Any:
-    try:
-        from bot.scheduler import build_schedule_service
-    except ImportError:
-        return None
-    return build_schedule_service(runtime)
+    return build_schedule_service(runtime.store, runtime.jobs, runtime.settings, runtime.clock)
 
 
 def _build_events(runtime: Runtime) -> Any:

@@ -38,8 +38,9 @@ class TrainingBackend(Protocol):
 
     def metric_series(self, job_name: str) -> MetricSeries: ...
 
-    def console_links(self, job_name: str) -> dict[str, str]:
-        """Human links for the job, its logs and its model (URLs, or local paths)."""
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
+        """Human links for the job, its logs and its model (URLs, or local paths); the model link is
+        built from ``model_artifacts`` as the backend reported it, never guessed from the job name."""
         ...
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:

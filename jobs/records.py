@@ -12,39 +12,6 @@ from enum import Enum
 from typing import Any
 
 
-class LineageStatus(str, Enum):
-    PENDING = "pending"  # recorded; the first attempt's launch is not confirmed yet
-    RUNNING = "running"  # an attempt is on the backend (starting, training or interrupted)
-    RELAUNCHING = "relaunching"  # capacity took the last attempt; a new one is due after the backoff
-    COMPLETED = "completed"  # an attempt finished training; the model is saved
-    FAILED = "failed"  # the user's code failed or the launch was refused; not retried
-    STOPPED = "stopped"  # a person stopped it
-    GAVE_UP = "gave_up"  # capacity kept failing past the restart cap or the fallback list
-
-    def is_terminal(self) -> bool:
-        return self in _TERMINAL_LINEAGE
-
-
-_TERMINAL_LINEAGE = {
-    LineageStatus.COMPLETED,
-    LineageStatus.FAILED,
-    LineageStatus.STOPPED,
-    LineageStatus.GAVE_UP,
-}
-
-
-class AttemptStatus(str, Enum):
-    LAUNCHING = "launching"  # recorded before the backend call; outcome not known yet
-    RUNNING = "running"  # the backend has the job (InProgress or Stopping)
-    COMPLETED = "completed"  # the backend says Completed
-    FAILED = "failed"  # the backend says Failed (any reason; see failure_reason)
-    STOPPED = "stopped"  # the backend says Stopped (by a person or MaxWaitTimeExceeded)
-    LAUNCH_FAILED = "launch_failed"  # the create call was refused: no such job exists
-
-    def is_terminal(self) -> bool:
-        return self not in (AttemptStatus.LAUNCHING, AttemptStatus.RUNNING)
-
-
 class RemoteStatus(str, Enum):
     """SageMaker's TrainingJobStatus; the local backend reports the same values."""
 

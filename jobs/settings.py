@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -9,6 +11,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 IdList = Annotated[tuple[str, ...], NoDecode]
+PathList = Annotated[tuple[Path, ...], NoDecode]
 
 #: The reconciliation poll's default interval when EventBridge pushes the changes (TRAINBOT_EVENTS_QUEUE).
 EVENTS_POLL_SECONDS = 300.0
@@ -42,6 +45,8 @@ class Settings(BaseSettings):
     trainbot_max_instances: int = Field(default=16, ge=1)
     trainbot_max_job_usd: float | None = Field(default=None, gt=0)
     trainbot_daily_budget_usd: float | None = Field(default=None, gt=0)
+    # The most one endpoint may cost an hour, all its instances together; None: no cap.
+    trainbot_max_endpoint_usd_per_hour: float | None = Field(default=None, gt=0)
     trainbot_relaunch_backoff_seconds: float = Field(default=30, ge=0)
     trainbot_max_restarts: int = Field(default=5, ge=0)
     trainbot_endpoint_idle_hours: float = Field(default=24, gt=0)
@@ -50,12 +55,22 @@ class Settings(BaseSettings):
     # Local jobs train the tiny offline model unless hub models are asked for (and the hub is reachable).
     trainbot_local_hub: bool = False
     hf_hub_offline: bool = False
+    # Besides TRAINBOT_HOME/data, the folders whose files local jobs may read (model=, train_data=, ...).
+    trainbot_local_data_dirs: PathList = ()
 
     @field_validator("trainbot_home")
     @classmethod
     def _absolute_home(cls, value: Path) -> Path:
         # Local jobs run in folders of their own; a relative home would mean another folder there.
         return value.expanduser().resolve()
+
+    @field_validator("trainbot_local_data_dirs", mode="before")
+    @classmethod
+    def _split_dirs(cls, value: object) -> object:
+        if isinstance(value, str):
+            parts = re.split(f"[,{re.escape(os.pathsep)}]", value)
+            return tuple(Path(part.strip()).expanduser().resolve() for part in parts if part.strip())
+        return value
 
     @field_validator("trainbot_allowed_users", "trainbot_allowed_channels", "trainbot_admins", mode="before")
     @classmethod
@@ -99,6 +114,11 @@ class Settings(BaseSettings):
     @property
     def local_uses_hub(self) -> bool:
         return self.trainbot_local_hub and not self.hf_hub_offline
+
+    @property
+    def local_data_roots(self) -> tuple[Path, ...]:
+        """The folders local jobs may read data and models from: TRAINBOT_HOME/data and TRAINBOT_LOCAL_DATA_DIRS."""
+        return (self.trainbot_home / "data", *self.trainbot_local_data_dirs)
 
     @property
     def database_url(self) -> str:

@@ -27,6 +27,7 @@ class ScriptArguments:
     tokenizer_name: Optional[str] = field(default=None, metadata={"help": "defaults to the model's"})
     dataset_name: Optional[str] = field(default=None, metadata={"help": "used when no SM_CHANNEL_TRAIN is set"})
     dataset_config_name: Optional[str] = field(default=None)
+    dataset_revision: Optional[str] = field(default=None, metadata={"help": "branch, tag or commit of --dataset_name"})
     max_seq_length: Optional[int] = field(default=None, metadata={"help": "QA 384, classification 128"})
     doc_stride: int = field(default=128)
     max_answer_length: int = field(default=30)

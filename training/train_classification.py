@@ -18,29 +18,20 @@ import batches
 import compat
 import data_channels
 import numpy as np
+import record_checks
 import script_arguments
 import trainkit
 
-_PAIR_COLUMNS = (("premise", "hypothesis"), ("sentence1", "sentence2"), ("question", "sentence"))
-_SINGLE_COLUMNS = ("text", "sentence", "review", "content")
 _EVAL_SPLITS = ("validation_matched", "validation", "test")
 
 
-def text_columns(record: dict) -> tuple[str, str | None]:
-    for first, second in _PAIR_COLUMNS:
-        if first in record and second in record:
-            return first, second
-    for name in _SINGLE_COLUMNS:
-        if name in record:
-            return name, None
-    raise script_arguments.UsageError(
-        f"cannot tell the text columns of the data (have {sorted(record)}; expected premise/hypothesis or text)"
-    )
-
-
 def tokenize(tokenizer: Any, records: list[dict], max_len: int, pad: bool) -> dict[str, list]:
-    first, second = text_columns(records[0])
-    records = [r for r in records if int(r.get("label", -1)) >= 0]  # GLUE test splits carry -1
+    """Model inputs of records that passed `record_checks.classification_records`."""
+    columns = record_checks.text_columns(records[0])
+    if columns is None:  # not after load_splits' check; said without the record's keys, which are data too
+        raise script_arguments.UsageError("cannot tell the text columns of the data")
+    first, second = columns
+    records = [r for r in records if _label(r) >= 0]  # GLUE test splits carry -1
     if not records:
         raise script_arguments.UsageError("no labelled records (every label is missing or -1)")
     columns: dict[str, list] = {}
@@ -55,8 +46,13 @@ def tokenize(tokenizer: Any, records: list[dict], max_len: int, pad: bool) -> di
         )
         for key, values in enc.items():
             columns.setdefault(key, []).extend(np.asarray(v, dtype=np.int32) for v in values)
-        columns.setdefault("labels", []).extend(int(r["label"]) for r in batch)
+        columns.setdefault("labels", []).extend(_label(r) for r in batch)
     return columns
+
+
+def _label(record: dict) -> int:
+    label = record_checks.whole_number(record.get("label", -1))
+    return -1 if label is None else label
 
 
 def compute_metrics(eval_pred: Any) -> dict[str, float]:
@@ -80,7 +76,7 @@ def run(argv: list[str]) -> int:
         script_args.max_seq_length = 128
     train_records, eval_records = data_channels.load_splits(
         script_args, bool(training_args.do_train), bool(training_args.do_eval or training_args.do_predict),
-        eval_splits=_EVAL_SPLITS,
+        eval_splits=_EVAL_SPLITS, check=record_checks.classification_records,
     )
     dirs = trainkit.prepare_dirs(script_args, training_args)
     trainkit.log_environment(training_args)

@@ -20,6 +20,7 @@ import batches
 import compat
 import data_channels
 import qa_postprocess
+import record_checks
 import script_arguments
 import trainkit
 
@@ -82,7 +83,9 @@ def run(argv: list[str]) -> int:
             f" {script_args.max_seq_length}"
         )
     need_eval = bool(training_args.do_eval or training_args.do_predict)
-    train_records, eval_records = data_channels.load_splits(script_args, bool(training_args.do_train), need_eval)
+    train_records, eval_records = data_channels.load_splits(
+        script_args, bool(training_args.do_train), need_eval, check=record_checks.qa_records
+    )
     dirs = trainkit.prepare_dirs(script_args, training_args)
     trainkit.log_environment(training_args)
 

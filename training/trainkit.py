@@ -4,7 +4,7 @@ sequence, and the exit-code contract.
 Runs inside SageMaker's Hugging Face containers (transformers 4.28+) and locally (5.x). Imports nothing
 of the bot: this folder is uploaded on its own as the job's `source_dir`, so its modules import each
 other as top-level modules. The rest lives beside it: `script_arguments` (command line, `UsageError`),
-`data_channels` (records), `batches` (dataset, collator), `checkpoints` (resume, SIGTERM stop),
+`data_channels` (records), `record_checks` (what a record must hold), `batches` (dataset, collator), `checkpoints` (resume, SIGTERM stop),
 `metrics_log` (`[metric]` and `[progress]` lines).
 
 Exit codes: 0 done, 143 interrupted by SIGTERM (a checkpoint was saved, no final model), 2 bad input,

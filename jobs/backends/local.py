@@ -30,6 +30,7 @@ from jobs.backends.local_scaling import LocalLimits, LocalRun, is_offline, scale
 from jobs.backends.local_state import JobFolder, JobState
 from jobs.clock import Clock
 from jobs.errors import BackendError, BadInput, InvalidState, NotFound
+from jobs.planning.hyperparameters import check_launch_hyperparameters
 from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class LocalBackend:
             raise BadInput(
                 f"Job name {job_name!r} is not valid: use letters, digits and hyphens, at most 63."
             )
+        check_launch_hyperparameters(plan.estimator.get("hyperparameters") or {})
         folder = JobFolder(self._jobs_root, job_name)
         with folder.locked():
             if folder.exists():  # a retried launch: the job is there, never start a second process
@@ -116,7 +118,7 @@ class LocalBackend:
     def metric_series(self, job_name: str) -> MetricSeries:
         return local_status.metric_series(self._folder(job_name).log_path)
 
-    def console_links(self, job_name: str) -> dict[str, str]:
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         folder = self._folder(job_name)
         state = folder.load()
         return {

@@ -37,6 +37,7 @@ from jobs.backends.sagemaker_session import (
 )
 from jobs.clock import Clock
 from jobs.errors import ConfigError, SpecError
+from jobs.planning.hyperparameters import check_launch_hyperparameters
 from jobs.records import JobSummary, MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
 from jobs.settings import Settings
 
@@ -108,6 +109,8 @@ class SageMakerBackend:
     # -- launching ---------------------------------------------------------------------------------
 
     def launch(self, job_name: str, plan: LaunchPlan) -> None:
+        # However the plan was made (stored, replayed, built by hand): no sagemaker_* or other reserved name.
+        check_launch_hyperparameters(plan.estimator.get("hyperparameters") or {})
         ctx = self._ctx(f"launch training job {job_name}", self._sm)
         self._check_bucket(ctx)
         inputs = _input_channels(plan)
@@ -267,18 +270,23 @@ class SageMakerBackend:
 
     # -- links and notes ---------------------------------------------------------------------------
 
-    def console_links(self, job_name: str) -> dict[str, str]:
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         region = self.region
         console = f"https://{region}.console.aws.amazon.com"
         log_group = quote(quote(LOG_GROUP, safe=""), safe="").replace("%", "$")
         stream_filter = quote(quote(f"?logStreamNameFilter={job_name}/", safe=""), safe="").replace("%", "$")
-        return {
+        links = {
             "job": f"{console}/sagemaker/home?region={region}#/jobs/{job_name}",
             "logs": f"{console}/cloudwatch/home?region={region}#logsV2:log-groups/log-group/{log_group}"
             f"/log-events{stream_filter}",
-            "model": f"https://s3.console.aws.amazon.com/s3/buckets/{self._bucket}"
-            f"?region={region}&prefix={quote(job_name)}/output/",
         }
+        if model_artifacts and model_artifacts.startswith("s3://"):
+            # The folder DescribeTrainingJob's ModelArtifacts names, wherever the plan put the output.
+            bucket, _, key = model_artifacts.removeprefix("s3://").partition("/")
+            folder = key.rsplit("/", 1)[0] + "/" if "/" in key else ""
+            links["model"] = (f"https://s3.console.aws.amazon.com/s3/buckets/{bucket}"
+                              f"?region={region}&prefix={quote(folder)}")
+        return links
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
         return None  # SageMaker runs the plan as written

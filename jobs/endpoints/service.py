@@ -18,6 +18,7 @@ from typing import Any
 from jobs.clock import Clock
 from jobs.endpoints import texts as texts
 from jobs.endpoints.options import (
+    DeployOptions,
     check_name,
     choose_framework,
     default_name,
@@ -28,10 +29,11 @@ from jobs.endpoints.options import (
 )
 from jobs.endpoints.port import DeployRequest, EndpointBackend, EndpointStatus, RemoteEndpoint
 from jobs.endpoints.store import LIVE, DeployPlan, Endpoint, EndpointCycle, EndpointStore, IdleEndpoint
-from jobs.errors import BadInput, InvalidState, NotFound, TrainbotError
+from jobs.errors import BadInput, BudgetExceeded, InvalidState, NotFound, SpecError, TrainbotError
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.permissions import AccessPolicy
-from jobs.planning.pricing import SECONDS_PER_HOUR, usd
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.planning.pricing import SECONDS_PER_HOUR, hourly_usd, usd
+from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Lineage, Store
 
@@ -64,6 +66,7 @@ class EndpointService:
         self._policy.check_can_manage(actor, lineage, verb="deploy")
         model_data, job_name = self._model_of(lineage)
         opts = parse_options(options)
+        self._check_caps(opts)
         name = opts.name or default_name(lineage.id)
         self._check_free(name)
         spec = lineage.spec
@@ -124,6 +127,25 @@ class EndpointService:
                 f"{lineage.id} completed without saving a model, so there is nothing to deploy."
             )
         return str(done[-1].model_artifacts), done[-1].job_name
+
+    def _check_caps(self, opts: DeployOptions) -> None:
+        """TRAINBOT_MAX_INSTANCES and TRAINBOT_MAX_ENDPOINT_USD_PER_HOUR, before anything is created."""
+        if opts.serverless:
+            return  # billed per request: no instances, no hourly price
+        most = self._settings.trainbot_max_instances
+        if opts.instance_count > most:
+            raise SpecError(f"instance_count must be between 1 and {most} (TRAINBOT_MAX_INSTANCES), "
+                            f"not {opts.instance_count}.")
+        cap = self._settings.trainbot_max_endpoint_usd_per_hour
+        if cap is None or self._backend.name == "local":
+            return
+        hourly = hourly_usd(opts.instance_type) * opts.instance_count
+        if hourly > cap:
+            raise BudgetExceeded(
+                f"{opts.instance_count} x {opts.instance_type} costs {usd(hourly)}/h, over the {usd(cap)}/h "
+                "per-endpoint limit (TRAINBOT_MAX_ENDPOINT_USD_PER_HOUR): choose a smaller instance_type or "
+                "fewer instances, or serverless=yes."
+            )
 
     def _check_free(self, name: str) -> None:
         found = self._endpoints.find(name)

@@ -1,27 +1,35 @@
-"""Carrying out recovery decisions on one lineage, from the store alone.
+"""The one owner of a lineage's life after "launch requested": the only code with side effects from then on.
 
-The watcher hands a lineage here after an attempt ends, and its sweep hands every active lineage here each
-cycle; both read only the store, so whatever step a dead process stopped at, the next call takes it up:
-- an ended latest attempt (PENDING/RUNNING lineage): `decide`, announce, then a guarded move
-  (COMPLETED / FAILED / STOPPED / GAVE_UP, or RELAUNCHING with the next type, spot and due time);
-- a RELAUNCHING lineage: when due, JobService.relaunch (attempt `<lineage>-<n>`, same checkpoint URI);
-  a latest attempt already running means the relaunch happened and only its record was cut short;
-- a relaunch whose create call was refused is decided again, as if the new attempt had failed.
+JobService checks a launch and records it (lineage PENDING with its approved plan, attempt 1 LAUNCHING);
+the watcher observes the backend and mirrors what it sees into the attempts. Everything else is here, and
+reads the store alone, so whatever step a dead process stopped at, the next call takes it up:
+- ``start``: attempt 1's create call, then CONFIRM_LAUNCH (a refusal ends the lineage FAILED, with why);
+- ``settle`` an ended latest attempt (PENDING/RUNNING lineage): `decide`, announce, then a named move
+  (COMPLETE / FAIL / STOP / GIVE_UP, or SCHEDULE_RELAUNCH with the next type, spot and due time);
+- ``settle`` a due RELAUNCHING lineage: the *stored* plan on the next type and spot, as attempt
+  ``<lineage>-<n>`` (the checkpoint URI announced is the one launched, by construction); a latest attempt
+  already running means the relaunch happened and only its record was cut short;
+- a relaunch whose create call was refused or raised is decided again, as if the new attempt had failed;
+- ``stop``: a person's stop.
 Announcements go first, moves second: a crash in between redoes both, and the outbox's dedup key makes it
-one message.
+one message. Any other failure while carrying out a decision ends the lineage GAVE_UP with the reason,
+announced: never a lineage in a state no code leaves.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from jobs.backend import TrainingBackend
+from jobs.budget import SpendLedger
 from jobs.clock import Clock
-from jobs.errors import BackendError, BackendUnavailable, CapacityError, InvalidState
+from jobs.errors import BackendError, BackendUnavailable, CapacityError, NotFound, TrainbotError
 from jobs.lifecycle import events
+from jobs.lifecycle import state as st
+from jobs.lifecycle.cycle import CycleResult, change_key
 from jobs.lifecycle.recovery import (
     LAUNCH_LOST,
     Decision,
@@ -29,60 +37,100 @@ from jobs.lifecycle.recovery import (
     Notify,
     RecoveryPolicy,
     Relaunch,
+    capacity_reason,
     decide,
     remote_from_attempt,
 )
-from jobs.lifecycle.service import JobService
-from jobs.records import AttemptStatus, LineageStatus, RemoteJob, RemoteStatus
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.planning.plan import LaunchPlan, build_plan
+from jobs.records import Actor, RemoteJob, RemoteStatus
 from jobs.reporting.plots import plot_lineage
 from jobs.reporting.reports import build_report
+from jobs.settings import Settings
 from jobs.store.store import Attempt, Lineage, Store
 
 log = logging.getLogger(__name__)
 
-_LINEAGE_OF = {
-    events.COMPLETED: LineageStatus.COMPLETED,
-    events.FAILED: LineageStatus.FAILED,
-    events.STOPPED: LineageStatus.STOPPED,
-}
+_ENDING_MOVE = {events.COMPLETED: st.COMPLETE, events.FAILED: st.FAIL, events.STOPPED: st.STOP}
 
 
-@dataclass
-class CycleResult:
-    api_calls: int = 0  # backend port calls (list_changed counts once however many pages it read)
-    listed: int = 0  # summaries list_changed returned
-    described: list[str] = field(default_factory=list)
-    changes: list[str] = field(default_factory=list)  # "job: InProgress/Training -> InProgress/Interrupted"
-    actions: list[str] = field(default_factory=list)  # "relaunched x-2", "notified interrupted x-1", ...
-    errors: list[str] = field(default_factory=list)
-
-    def summary(self) -> str:
-        """What `trainbot watch --once` prints: a count line, then each change, action and error."""
-        head = (f"{self.api_calls} API calls, {self.listed} listed, {len(self.described)} described, "
-                f"{len(self.changes)} changes, {len(self.actions)} actions, {len(self.errors)} errors")
-        details = [f"  change: {c}" for c in self.changes] + [f"  action: {a}" for a in self.actions]
-        return "\n".join([head, *details, *(f"  error: {e}" for e in self.errors)])
-
-
-class Settler:
+class Controller:
     def __init__(
         self,
         store: Store,
         backend: TrainingBackend,
-        service: JobService,
         clock: Clock,
         policy: RecoveryPolicy,
+        ledger: SpendLedger,
         plots_dir: Path,
     ) -> None:
         self._store = store
         self._backend = backend
-        self._service = service
         self._clock = clock
         self._policy = policy
+        self._ledger = ledger
         self._plots_dir = plots_dir
 
+    @classmethod
+    def from_settings(
+        cls, store: Store, backend: TrainingBackend, clock: Clock, settings: Settings,
+        *, policy: RecoveryPolicy | None = None, plots_dir: Path | None = None,
+    ) -> Controller:
+        return cls(
+            store, backend, clock,
+            policy or RecoveryPolicy.from_settings(settings),
+            SpendLedger.from_settings(store, clock, settings),
+            plots_dir or settings.trainbot_home / "plots",
+        )
+
+    # -- the first attempt and a person's stop ----------------------------------------------------
+
+    def start(self, lineage: Lineage, plan: LaunchPlan, actor: Actor) -> Lineage:
+        """Attempt 1's create call. Any exception from the backend ends the lineage FAILED with its reason
+        (no job exists); a TrainbotError is raised on for the person who asked."""
+        job_name = f"{lineage.id}-1"
+        try:
+            self._backend.launch(job_name, plan)
+        except Exception as exc:
+            reason = _launch_error_text(exc)
+            self._store.transition_attempt(job_name, st.ATTEMPT_NOT_LAUNCHED, failure_reason=reason)
+            self._store.transition_lineage(lineage.id, st.FAIL)
+            self._store.audit(actor, "launch.failed", lineage.id, {"job_name": job_name, "reason": reason})
+            if isinstance(exc, TrainbotError):
+                raise
+            log.exception("launch of %s raised", job_name)
+            raise BackendError(f"The launch of {lineage.id} failed: {reason}") from None
+        # Guarded: the watcher may have confirmed it already; either way it is running now.
+        self._store.transition_attempt(job_name, st.ATTEMPT_CONFIRMED)
+        if not self._store.transition_lineage(lineage.id, st.CONFIRM_LAUNCH):
+            self._stop_if_ended(lineage.id, job_name)
+        log.info("launched %s as %s", lineage.id, job_name)
+        return self._store.get_lineage(lineage.id)
+
+    def stop(self, lineage: Lineage, actor: Actor) -> bool:
+        """Stop the running attempt and move the lineage STOPPED; False when it had already ended."""
+        latest = lineage.latest_attempt
+        if latest is not None and not latest.status.is_terminal():
+            try:
+                self._backend.stop(latest.job_name)
+            except NotFound:
+                log.info("%s has no backend job to stop (its launch never went through)", latest.job_name)
+        if not self._store.transition_lineage(lineage.id, st.STOP):
+            return False
+        self._store.audit(actor, "stop", lineage.id, {"job_name": latest.job_name if latest else None})
+        return True
+
+    # -- settling ---------------------------------------------------------------------------------
+
     def settle(self, lineage: Lineage, cycle: CycleResult) -> None:
-        """Carry out what the lineage's state calls for: an ended latest attempt's decision, or a due relaunch."""
+        """Carry out what the lineage's state calls for; a failure to do so ends it, announced."""
+        try:
+            self._settle(lineage, cycle)
+        except Exception as exc:  # noqa: BLE001 - any fault here must end as a recorded state
+            log.exception("could not settle %s", lineage.id)
+            self._end_after_fault(lineage, exc, cycle)
+
+    def _settle(self, lineage: Lineage, cycle: CycleResult) -> None:
         latest = lineage.latest_attempt
         if latest is None:
             return
@@ -93,31 +141,48 @@ class Settler:
             return
         if lineage.status is LineageStatus.PENDING and latest.status is AttemptStatus.LAUNCH_FAILED \
                 and latest.secondary_status != LAUNCH_LOST:
-            return  # JobService.launch is recording its own refused launch
+            return  # start() is recording its own refused launch
         remote = remote_from_attempt(latest)
-        decision = decide(lineage, latest, remote, self._policy, self._clock.now())
-        self._carry_out(lineage, latest, remote, decision, cycle, (LineageStatus.PENDING, LineageStatus.RUNNING))
+        self._decide_and_carry_out(lineage, latest, remote, cycle, relaunching=False)
+
+    def _decide_and_carry_out(
+        self, lineage: Lineage, attempt: Attempt, remote: RemoteJob, cycle: CycleResult, *, relaunching: bool
+    ) -> None:
+        now = self._clock.now()
+        # Today's spend is read only when a relaunch (a spend decision) is on the table.
+        daily_left = self._ledger.left_today(now) if capacity_reason(remote) is not None else None
+        decision = decide(lineage, attempt, remote, self._policy, now, daily_left_usd=daily_left)
+        self._carry_out(lineage, attempt, remote, decision, cycle, relaunching=relaunching)
 
     def _carry_out(
-        self,
-        lineage: Lineage,
-        attempt: Attempt,
-        remote: RemoteJob,
-        decision: Decision,
-        cycle: CycleResult,
-        expected: tuple[LineageStatus, ...],
+        self, lineage: Lineage, attempt: Attempt, remote: RemoteJob, decision: Decision, cycle: CycleResult,
+        *, relaunching: bool,
     ) -> None:
         # Announce first, then move: a crash in between redoes both, and the dedup key makes it one message.
         if isinstance(decision, Relaunch):
-            self._schedule_relaunch(lineage, attempt, remote, decision, cycle, expected)
+            self._schedule_relaunch(lineage, attempt, remote, decision, cycle, relaunching=relaunching)
         elif isinstance(decision, GiveUp):
-            payload = events.gave_up(lineage.id, attempt.job_name, decision.reason, len(lineage.attempts))
-            self.enqueue(lineage, payload, f"{lineage.id}:gave_up", cycle)
-            self._move(lineage, expected, LineageStatus.GAVE_UP, cycle)
-        elif isinstance(decision, Notify) and decision.kind in _LINEAGE_OF:
+            self._give_up(lineage, attempt, decision.reason, cycle)
+        elif isinstance(decision, Notify) and decision.kind in _ENDING_MOVE:
             payload = self._ending_payload(lineage, attempt, decision)
             self.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
-            self._move(lineage, expected, _LINEAGE_OF[decision.kind], cycle)
+            self._move(lineage, _ENDING_MOVE[decision.kind], cycle)
+
+    def _give_up(self, lineage: Lineage, attempt: Attempt, reason: str, cycle: CycleResult) -> None:
+        payload = events.gave_up(lineage.id, attempt.job_name, reason, len(lineage.attempts))
+        self.enqueue(lineage, payload, f"{lineage.id}:gave_up", cycle)
+        self._move(lineage, st.GIVE_UP, cycle)
+
+    def _end_after_fault(self, lineage: Lineage, exc: Exception, cycle: CycleResult) -> None:
+        """The bot itself could not carry on with this lineage: say so and end it, so no cycle retries it forever."""
+        reason = f"trainbot could not carry on with it ({_launch_error_text(exc)})"
+        fresh = self._store.get_lineage(lineage.id)
+        latest = fresh.latest_attempt
+        if fresh.status.is_terminal() or latest is None or not latest.status.is_terminal():
+            # A job is still running (or nothing is left to end): the next cycle settles it again.
+            cycle.errors.append(f"{lineage.id}: {reason}")
+            return
+        self._give_up(fresh, latest, reason, cycle)
 
     def _ending_payload(self, lineage: Lineage, attempt: Attempt, decision: Notify) -> dict[str, Any]:
         if decision.kind == events.COMPLETED:
@@ -138,22 +203,20 @@ class Settler:
             log.warning("no log tail for %s: %s", attempt.job_name, exc)
             return []
 
+    # -- relaunching ------------------------------------------------------------------------------
+
     def _schedule_relaunch(
-        self,
-        lineage: Lineage,
-        attempt: Attempt,
-        remote: RemoteJob,
-        decision: Relaunch,
-        cycle: CycleResult,
-        expected: tuple[LineageStatus, ...],
+        self, lineage: Lineage, attempt: Attempt, remote: RemoteJob, decision: Relaunch, cycle: CycleResult,
+        *, relaunching: bool,
     ) -> None:
         note = events.relaunch_scheduled_note(decision.reason, decision.instance_type, decision.spot,
                                               decision.backoff_seconds)
         payload = events.state_line(lineage.id, attempt.job_name, remote.status.value, remote.secondary_status,
                                     note=note)
         self.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
+        move = st.RESCHEDULE_RELAUNCH if relaunching else st.SCHEDULE_RELAUNCH
         won = self._store.transition_lineage(
-            lineage.id, expected, LineageStatus.RELAUNCHING, next_relaunch_at=decision.not_before,
+            lineage.id, move, next_relaunch_at=decision.not_before,
             next_instance_type=decision.instance_type, next_spot=decision.spot,
         )
         if not won:
@@ -176,19 +239,36 @@ class Settler:
         due = lineage.next_relaunch_at
         if due is not None and due > self._clock.now():
             return
+        attempt = self._relaunch(lineage, latest, cycle)
+        if attempt is not None and attempt.status is AttemptStatus.RUNNING:
+            self._finish_relaunch(lineage, attempt, cycle, backoff=_backoff_of(lineage, latest))
+
+    def _relaunch(self, lineage: Lineage, latest: Attempt, cycle: CycleResult) -> Attempt | None:
+        """A new attempt of ``lineage``: its stored plan on the chosen type and spot, exactly once (the
+        attempt number comes from the snapshot decided on: two watchers ask for the same one)."""
         instance_type = lineage.next_instance_type or latest.instance_type
         spot = latest.spot if lineage.next_spot is None else lineage.next_spot
+        number = latest.number + 1
+        # Resolved before the attempt is recorded: a plan that cannot be replayed ends the lineage, announced.
+        plan = approved_plan(lineage).for_attempt(instance_type=instance_type, spot=spot)
+        attempt = self._store.add_attempt(lineage.id, number=number, instance_type=instance_type, spot=spot)
+        if attempt is None:
+            log.info("attempt %d of %s was already made by another process", number, lineage.id)
+            return self._store.get_attempt(f"{lineage.id}-{number}")
+        self._store.audit(None, "relaunch", lineage.id,
+                          {"job_name": attempt.job_name, "instance_type": instance_type, "spot": spot})
+        if self._store.get_lineage(lineage.id).status.is_terminal():
+            self._store.transition_attempt(attempt.job_name, st.ATTEMPT_NOT_LAUNCHED,
+                                           failure_reason="the job was stopped or ended before its relaunch")
+            return None
+        cycle.api_calls += 1  # the CreateTrainingJob, whatever its outcome
         try:
-            attempt = self._service.relaunch(lineage, instance_type=instance_type, spot=spot)
-        except InvalidState as exc:
-            log.info("%s not relaunched: %s", lineage.id, exc.message)
-            return
-        except BackendError as exc:
-            self._relaunch_refused(lineage, exc, cycle)
-            return
-        cycle.api_calls += 1  # the service's CreateTrainingJob
-        if attempt.status is AttemptStatus.RUNNING:
-            self._finish_relaunch(lineage, attempt, cycle, backoff=_backoff_of(lineage, latest))
+            self._backend.launch(attempt.job_name, plan)
+        except Exception as exc:  # a refusal, or anything else: a failed attempt under the restart cap
+            self._relaunch_refused(lineage, attempt, exc, cycle)
+            return None
+        self._store.transition_attempt(attempt.job_name, st.ATTEMPT_CONFIRMED)
+        return self._store.get_attempt(attempt.job_name)
 
     def _finish_relaunch(
         self, lineage: Lineage, attempt: Attempt, cycle: CycleResult, *, backoff: float | None = None
@@ -197,25 +277,27 @@ class Settler:
             # The first to announce reports it: two watchers racing on one relaunch report it once.
             cycle.actions.append(f"relaunched {lineage.id} as {attempt.job_name} on {attempt.instance_type}")
         moved = self._store.transition_lineage(
-            lineage.id, [LineageStatus.RELAUNCHING], LineageStatus.RUNNING, restarts=attempt.number - 1,
+            lineage.id, st.FINISH_RELAUNCH, restarts=attempt.number - 1,
             next_relaunch_at=None, next_instance_type=None, next_spot=None,
         )
         if moved:
             cycle.actions.append(f"{lineage.id}: running again as {attempt.job_name}")
+        else:
+            self._stop_if_ended(lineage.id, attempt.job_name)
 
-    def _relaunch_refused(self, lineage: Lineage, exc: BackendError, cycle: CycleResult) -> None:
-        """The create call of a relaunch was refused: decide again, as if the new attempt had failed."""
-        cycle.api_calls += 1
+    def _relaunch_refused(self, lineage: Lineage, attempt: Attempt, exc: Exception, cycle: CycleResult) -> None:
+        """The create call of a relaunch failed: record the attempt, then decide again as if it had failed."""
+        reason = _refusal(exc)
+        if not isinstance(exc, BackendError):
+            log.error("relaunch of %s raised %s", attempt.job_name, reason)
+        self._store.transition_attempt(attempt.job_name, st.ATTEMPT_NOT_LAUNCHED, failure_reason=reason)
+        self._store.audit(None, "relaunch.failed", lineage.id, {"job_name": attempt.job_name, "reason": reason})
+        cycle.actions.append(f"{attempt.job_name}: launch refused ({reason})")
         fresh = self._store.get_lineage(lineage.id)
-        refused = fresh.latest_attempt
-        if refused is None or refused.status is not AttemptStatus.LAUNCH_FAILED:
-            cycle.errors.append(f"{lineage.id}: relaunch failed: {exc.message}")
-            return
-        remote = RemoteJob(name=refused.job_name, status=RemoteStatus.FAILED, failure_reason=_refusal(exc),
+        refused = self._store.get_attempt(attempt.job_name)
+        remote = RemoteJob(name=refused.job_name, status=RemoteStatus.FAILED, failure_reason=reason,
                            instance_type=refused.instance_type, spot=refused.spot)
-        decision = decide(fresh, refused, remote, self._policy, self._clock.now())
-        cycle.actions.append(f"{refused.job_name}: launch refused ({exc.message})")
-        self._carry_out(fresh, refused, remote, decision, cycle, (LineageStatus.RELAUNCHING,))
+        self._decide_and_carry_out(fresh, refused, remote, cycle, relaunching=True)
 
     # -- notifications and moves ------------------------------------------------------------------
 
@@ -225,7 +307,7 @@ class Settler:
         payload = events.relaunched(
             lineage.id, attempt.job_name, attempt=attempt.number, instance_type=attempt.instance_type,
             spot=attempt.spot, backoff_seconds=backoff if backoff is not None else 0.0,
-            checkpoint_uri=lineage.checkpoint_uri, resumed_from_step=attempt.resumed_from_step,
+            checkpoint_uri=approved_plan(lineage).checkpoint_uri, resumed_from_step=attempt.resumed_from_step,
         )
         return self.enqueue(lineage, payload, f"{attempt.job_name}:relaunched", cycle)
 
@@ -236,24 +318,41 @@ class Settler:
             cycle.actions.append(f"notified {payload['kind']} {payload.get('job_name') or lineage.id}")
         return queued
 
-    def _move(
-        self, lineage: Lineage, expected: tuple[LineageStatus, ...], new: LineageStatus, cycle: CycleResult
-    ) -> None:
-        if self._store.transition_lineage(lineage.id, expected, new, next_relaunch_at=None):
-            cycle.actions.append(f"{lineage.id}: {new.value}")
+    def _move(self, lineage: Lineage, move: st.Move[LineageStatus], cycle: CycleResult) -> None:
+        if self._store.transition_lineage(lineage.id, move, next_relaunch_at=None):
+            cycle.actions.append(f"{lineage.id}: {move.target.value}")
+
+    def _stop_if_ended(self, lineage_id: str, job_name: str) -> None:
+        # Stopped while we launched: the new job must not train on, unwatched and unpaid for.
+        if self._store.get_lineage(lineage_id).status.is_terminal():
+            log.warning("%s ended while %s was launching; stopping that job", lineage_id, job_name)
+            self._backend.stop(job_name)
 
 
-def change_key(job_name: str, remote: RemoteJob) -> str:
-    return f"{job_name}:{remote.status.value}:{remote.secondary_status}"
+def approved_plan(lineage: Lineage) -> LaunchPlan:
+    """The plan the lineage was launched with. Lineages recorded before plans were stored are rebuilt
+    from their spec into their *own* checkpoint prefix, never from today's TRAINBOT_BUCKET."""
+    if lineage.launch_plan is not None:
+        return LaunchPlan.from_stored(lineage.spec, lineage.id, lineage.launch_plan)
+    bucket = lineage.checkpoint_uri.removeprefix("s3://").split("/", 1)[0]
+    return build_plan(lineage.spec, bucket=bucket, lineage_id=lineage.id,
+                      launched_by=lineage.launched_by, origin=lineage.origin)
 
 
-def _refusal(exc: BackendError) -> str:
+def _launch_error_text(exc: Exception) -> str:
+    if isinstance(exc, TrainbotError):
+        return exc.message
+    # Not a sentence of ours (ValueError: embedded null byte): its kind and the start of its text.
+    return f"{type(exc).__name__}: {str(exc)[:200]}" if str(exc) else type(exc).__name__
+
+
+def _refusal(exc: Exception) -> str:
     # Reasons the policy reads: capacity moves on to the next type, an outage retries the same one.
     if isinstance(exc, CapacityError):
         return f"CapacityError: {exc.message}"
     if isinstance(exc, BackendUnavailable):
         return f"InternalServerError: {exc.message}"
-    return exc.message
+    return _launch_error_text(exc)
 
 
 def _backoff_of(lineage: Lineage, ended: Attempt) -> float | None:

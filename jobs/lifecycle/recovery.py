@@ -1,6 +1,6 @@
 """The recovery policy: what to do when a backend job changes. A pure decision; the watcher carries it out.
 
-DESIGN.md, "What SageMaker does, and what the bot must do":
+What SageMaker does, and what the bot must do (docs/ARCHITECTURE.md):
 - InProgress + Interrupted: SageMaker waits for spot capacity and resumes by itself -> notify once;
 - Stopped (MaxWaitTimeExceeded), Failed for capacity or an internal error -> a new attempt of the same
   lineage from the same checkpoints, after a doubling backoff, moving through the fallback instance types
@@ -16,9 +16,11 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobs.lifecycle import events
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.planning import versions
 from jobs.planning.instances import fallback_types
-from jobs.records import AttemptStatus, LineageStatus, RemoteJob, RemoteStatus
+from jobs.planning.pricing import attempt_worst_case_usd, cost_of, usd
+from jobs.records import RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
     from jobs.planning.spec import JobSpec
@@ -41,12 +43,14 @@ class RecoveryPolicy:
     backoff_seconds: float = 30.0  # the first relaunch's delay; doubles with each relaunch; 0 = at once
     max_restarts: int = 5  # the operator's cap on relaunches of one lineage (a spec may ask for fewer)
     max_backoff_seconds: float = 3600.0  # doubling stops here
+    max_job_usd: float | None = None  # TRAINBOT_MAX_JOB_USD: the most a whole lineage may be billed
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RecoveryPolicy:
         return cls(
             backoff_seconds=settings.trainbot_relaunch_backoff_seconds,
             max_restarts=settings.trainbot_max_restarts,
+            max_job_usd=settings.trainbot_max_job_usd,
         )
 
     def restart_cap(self, spec: JobSpec) -> int:
@@ -89,9 +93,16 @@ Decision = Relaunch | Notify | GiveUp | Nothing
 
 
 def decide(
-    lineage: Lineage, attempt: Attempt, remote: RemoteJob, policy: RecoveryPolicy, now: datetime
+    lineage: Lineage,
+    attempt: Attempt,
+    remote: RemoteJob,
+    policy: RecoveryPolicy,
+    now: datetime,
+    *,
+    daily_left_usd: float | None = None,
 ) -> Decision:
-    """What to do about `remote`, the backend's view of `attempt` (whose fields are the last ones seen)."""
+    """What to do about `remote`, the backend's view of `attempt` (whose fields are the last ones seen).
+    A relaunch is a spend decision: ``daily_left_usd`` is what today's budget leaves (None: no budget)."""
     if remote.status in (RemoteStatus.IN_PROGRESS, RemoteStatus.STOPPING):
         return _while_running(attempt, remote)
     if remote.status is RemoteStatus.COMPLETED:
@@ -101,7 +112,7 @@ def decide(
         return Notify(events.STOPPED, reason=remote.failure_reason, lineage_status=LineageStatus.STOPPED)
     lost = capacity_reason(remote)
     if lost is not None:
-        return _relaunch_or_give_up(lineage, attempt, remote, lost, policy, now)
+        return _relaunch_or_give_up(lineage, attempt, remote, lost, policy, now, daily_left_usd)
     if remote.status is RemoteStatus.STOPPED and remote.secondary_status != MAX_RUNTIME_EXCEEDED:
         return Notify(events.STOPPED, reason=remote.failure_reason, lineage_status=LineageStatus.STOPPED)
     return Notify(events.FAILED, reason=failure_text(remote), lineage_status=LineageStatus.FAILED)
@@ -139,7 +150,8 @@ def failure_text(remote: RemoteJob) -> str:
 
 
 def _relaunch_or_give_up(
-    lineage: Lineage, attempt: Attempt, remote: RemoteJob, reason: str, policy: RecoveryPolicy, now: datetime
+    lineage: Lineage, attempt: Attempt, remote: RemoteJob, reason: str, policy: RecoveryPolicy, now: datetime,
+    daily_left_usd: float | None,
 ) -> Decision:
     cap = policy.restart_cap(lineage.spec)
     # Attempt n means n - 1 relaunches were made, even those whose create call was refused (the store's
@@ -147,9 +159,12 @@ def _relaunch_or_give_up(
     used = max(lineage.restarts, attempt.number - 1)
     if used >= cap:
         return GiveUp(f"{reason}, and the restart cap of {cap} relaunches is reached")
-    target = _next_target(lineage.spec, attempt, remote)
-    if target is None:
+    targets = _next_targets(lineage.spec, attempt, remote)
+    if not targets:
         return GiveUp(f"{reason} on every fallback instance type ({', '.join(_tried(lineage.spec))})")
+    target = _first_affordable(lineage, targets, policy.max_job_usd, daily_left_usd)
+    if isinstance(target, GiveUp):
+        return GiveUp(f"{reason}, and {target.reason}")
     # A launch that never happened is redone at once, on the same type: capacity was never tried.
     backoff = 0.0 if remote.secondary_status == LAUNCH_LOST else policy.backoff_for(used)
     return Relaunch(
@@ -158,6 +173,37 @@ def _relaunch_or_give_up(
         not_before=now + timedelta(seconds=backoff),
         backoff_seconds=backoff,
         reason=reason,
+    )
+
+
+def billed_usd(lineage: Lineage) -> float:
+    """What the lineage's attempts have billed so far (an attempt still running counts what it billed yet)."""
+    count = lineage.spec.instance_count
+    return sum(cost_of(a.instance_type, count, a.billable_seconds or 0, a.spot) for a in lineage.attempts)
+
+
+def _first_affordable(
+    lineage: Lineage, targets: list[tuple[str, bool]], max_job_usd: float | None, daily_left_usd: float | None
+) -> tuple[str, bool] | GiveUp:
+    """The first target whose worst case fits both caps: a fallback that would break one is skipped."""
+    billed = billed_usd(lineage)
+    spec = lineage.spec
+    for instance_type, spot in targets:
+        worst = attempt_worst_case_usd(instance_type, spec.instance_count, spot, spec.max_run)
+        if max_job_usd is not None and billed + worst > max_job_usd:
+            continue
+        if daily_left_usd is not None and worst > daily_left_usd:
+            continue
+        return instance_type, spot
+    cheapest = min(attempt_worst_case_usd(t, spec.instance_count, s, spec.max_run) for t, s in targets)
+    if max_job_usd is not None and billed + cheapest > max_job_usd:
+        return GiveUp(
+            f"another attempt could cost up to {usd(cheapest)} on top of the {usd(billed)} billed so far, "
+            f"over the {usd(max_job_usd)} per-job cap (TRAINBOT_MAX_JOB_USD)"
+        )
+    return GiveUp(
+        f"another attempt could cost up to {usd(cheapest)}, more than the {usd(max(daily_left_usd or 0.0, 0.0))} "
+        "left of today's budget (TRAINBOT_DAILY_BUDGET_USD)"
     )
 
 
@@ -172,13 +218,15 @@ def candidates(spec: JobSpec) -> list[tuple[str, bool]]:
     return order
 
 
-def _next_target(spec: JobSpec, attempt: Attempt, remote: RemoteJob) -> tuple[str, bool] | None:
+def _next_targets(spec: JobSpec, attempt: Attempt, remote: RemoteJob) -> list[tuple[str, bool]]:
+    """Where the next attempt may go, in order: the same type again when capacity was never the verdict,
+    else the candidates after the one that just lost its capacity."""
     if remote.secondary_status == LAUNCH_LOST or _is_internal_error(remote):
-        return attempt.instance_type, attempt.spot  # not a capacity verdict on this type: same again
+        return [(attempt.instance_type, attempt.spot)]
     order = candidates(spec)
     here = (attempt.instance_type, attempt.spot)
     position = order.index(here) if here in order else 0
-    return order[position + 1] if position + 1 < len(order) else None
+    return order[position + 1 :]
 
 
 def _is_internal_error(remote: RemoteJob) -> bool:

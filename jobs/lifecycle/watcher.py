@@ -5,8 +5,12 @@ A cycle costs O(changed jobs / 100) API calls, not one per job:
    LastModifiedTime seen, in the backend's clock (no skew with ours), kept in the store's meta table;
 2. describe only the tracked jobs (active attempts) whose summary changed since this process last saw it,
    plus LAUNCHING attempts (a launch whose outcome was never recorded);
-3. settle the active lineages from the store alone (jobs/settle.py): an ended latest attempt gets its
-   decision carried out, a due RELAUNCHING lineage is relaunched through JobService.relaunch.
+3. hand the active lineages to the controller (jobs/lifecycle/controller.py), which reads the store alone:
+   an ended latest attempt gets its decision carried out, a due RELAUNCHING lineage is relaunched.
+
+The watcher observes and records what it saw (an attempt's remote fields, its ending, a lost launch); the
+controller alone decides and acts. A lineage the controller could not carry on with ends, announced, so
+one lineage's fault never keeps the cursor from moving.
 
 Exactly once: every step is a guarded store transition or a deduplicated outbox entry, and step 3 reads only
 the store, so a watcher killed between any two steps (or two watchers on one database) ends with exactly one
@@ -16,7 +20,6 @@ new attempt and one announcement of each change.
 from __future__ import annotations
 
 import logging
-import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,11 +28,13 @@ from jobs.backend import TrainingBackend
 from jobs.clock import Clock
 from jobs.errors import BackendError, NotFound
 from jobs.lifecycle import events
-from jobs.lifecycle.controller import CycleResult, Settler, change_key
+from jobs.lifecycle import state as st
+from jobs.lifecycle.controller import Controller
+from jobs.lifecycle.cycle import CycleResult, change_key
 from jobs.lifecycle.recovery import LAUNCH_LOST, Notify, RecoveryPolicy, decide
-from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.planning.plan import LaunchPlan
-from jobs.records import AttemptStatus, JobSummary, LineageStatus, MetricSeries, RemoteJob, RemoteStatus
+from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
 from jobs.settings import Settings
 from jobs.store.store import Attempt, Store
 
@@ -43,12 +48,6 @@ def cursor_key(backend_name: str) -> str:
     """Each backend's cursor is in its own clock (LastModifiedTime as it reports it), so each has its own."""
     return f"watcher.cursor.{backend_name}"
 
-_ACTIVE = (AttemptStatus.LAUNCHING, AttemptStatus.RUNNING)
-_ENDED = {
-    RemoteStatus.COMPLETED: AttemptStatus.COMPLETED,
-    RemoteStatus.FAILED: AttemptStatus.FAILED,
-    RemoteStatus.STOPPED: AttemptStatus.STOPPED,
-}
 _MAX_LINEAGES = 100_000
 
 
@@ -84,8 +83,8 @@ class _CountingBackend:
         self.calls += 1
         return self._backend.metric_series(job_name)
 
-    def console_links(self, job_name: str) -> dict[str, str]:
-        return self._backend.console_links(job_name)  # built locally, no API call
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
+        return self._backend.console_links(job_name, model_artifacts)  # built locally, no API call
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
         return self._backend.scaling_note(plan)
@@ -96,7 +95,6 @@ class Watcher:
         self,
         store: Store,
         backend: TrainingBackend,
-        service: JobService,
         clock: Clock,
         settings: Settings,
         *,
@@ -114,22 +112,11 @@ class Watcher:
         self._grace = timedelta(seconds=launch_grace_seconds)
         # LastModifiedTime is eventually consistent: re-list a little before the cursor.
         self._overlap = timedelta(seconds=overlap_seconds)
-        self._settler = Settler(store, self._backend, service, clock, self._policy,
-                                plots_dir or settings.trainbot_home / "plots")
+        self._controller = Controller.from_settings(store, self._backend, clock, settings,
+                                                    policy=self._policy, plots_dir=plots_dir)
         self._seen: dict[str, datetime] = {}  # job -> LastModifiedTime already handled by this process
 
     # -- the loop ---------------------------------------------------------------------------------
-
-    def run_forever(self, stop_event: threading.Event) -> None:
-        """A cycle every TRAINBOT_POLL_SECONDS until `stop_event` is set; a failed cycle is logged, not fatal."""
-        while not stop_event.is_set():
-            try:
-                result = self.poll_once()
-                log.debug("cycle: %d calls, %d changes, %d actions", result.api_calls,
-                          len(result.changes), len(result.actions))
-            except Exception:
-                log.exception("watcher cycle failed; retrying next interval")
-            stop_event.wait(self._settings.trainbot_poll_seconds)
 
     def poll_once(self) -> CycleResult:
         cycle = CycleResult()
@@ -143,7 +130,7 @@ class Watcher:
         handled = summaries is not None and not cycle.errors
         lineages = self._store.list_lineages(active_only=True, limit=_MAX_LINEAGES, backend=self._backend.name)
         for lineage in lineages:
-            self._guard(cycle, lineage.id, lambda ln=lineage: self._settler.settle(ln, cycle))
+            self._guard(cycle, lineage.id, lambda ln=lineage: self._controller.settle(ln, cycle))
         if handled and summaries is not None:
             self._advance_cursor(summaries)
         self._seen = {k: v for k, v in self._seen.items() if k in active}
@@ -171,7 +158,7 @@ class Watcher:
         except NotFound:
             return  # not one of ours
         if lineage.backend == self._backend.name and not lineage.status.is_terminal():
-            self._settler.settle(lineage, cycle)
+            self._controller.settle(lineage, cycle)
 
     def _guard(self, cycle: CycleResult, what: str, step: Any) -> None:
         # One job's trouble never blocks the others; the cursor stays put so the next cycle redoes it.
@@ -232,8 +219,8 @@ class Watcher:
             return
         if attempt.status is AttemptStatus.LAUNCHING:
             # The launch went through; its record did not (a crash, or another thread is just finishing).
-            self._store.transition_attempt(attempt.job_name, [AttemptStatus.LAUNCHING], AttemptStatus.RUNNING)
-            self._store.transition_lineage(attempt.lineage_id, [LineageStatus.PENDING], LineageStatus.RUNNING)
+            self._store.transition_attempt(attempt.job_name, st.ATTEMPT_CONFIRMED)
+            self._store.transition_lineage(attempt.lineage_id, st.CONFIRM_LAUNCH)
         if (remote.status.value, remote.secondary_status) != (attempt.remote_status, attempt.secondary_status):
             self._announce_change(attempt, remote, cycle)
         self._mirror(attempt, remote, cycle)
@@ -248,7 +235,7 @@ class Watcher:
             return  # its launch may still be under way
         # The launch never reached the backend: record that; settling relaunches it exactly once.
         lost = self._store.transition_attempt(
-            attempt.job_name, [AttemptStatus.LAUNCHING], AttemptStatus.LAUNCH_FAILED,
+            attempt.job_name, st.ATTEMPT_NOT_LAUNCHED,
             remote_status=RemoteStatus.FAILED.value, secondary_status=LAUNCH_LOST,
             failure_reason="the launch was never confirmed and the backend has no such job",
         )
@@ -260,7 +247,7 @@ class Watcher:
         cycle.changes.append(f"{attempt.job_name}: {before} -> {remote.status.value}/{remote.secondary_status}")
         lineage = self._store.get_lineage(attempt.lineage_id)
         if not attempt.remote_status and attempt.number > 1:
-            self._settler.announce_relaunched(lineage, attempt, None, cycle)
+            self._controller.announce_relaunched(lineage, attempt, None, cycle)
         if remote.status.is_terminal():
             return  # the ending is announced by the decision that settles it
         decision = decide(lineage, attempt, remote, self._policy, self._clock.now())
@@ -268,25 +255,25 @@ class Watcher:
             payload = events.interrupted(lineage.id, attempt.job_name, attempt.instance_type)
         else:
             payload = events.state_line(lineage.id, attempt.job_name, remote.status.value, remote.secondary_status)
-        self._settler.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
+        self._controller.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
 
     def _mirror(self, attempt: Attempt, remote: RemoteJob, cycle: CycleResult) -> None:
         fields = _mirrored(remote)
-        ended = _ENDED.get(remote.status)
+        ended = st.ATTEMPT_ENDING.get(remote.status.value)
         if ended is None:
             self._store.update_attempt(attempt.job_name, **fields)
             return
-        if not self._store.transition_attempt(attempt.job_name, _ACTIVE, ended, **fields):
+        if not self._store.transition_attempt(attempt.job_name, ended, **fields):
             return
         lineage = self._store.get_lineage(attempt.lineage_id)
         if lineage.status is LineageStatus.STOPPED:
             # A person stopped it; the lineage is already terminal, so settling would not see it.
             payload = events.stopped(lineage.id, attempt.job_name, remote.failure_reason)
-            self._settler.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
+            self._controller.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
             return
         # Settle it now rather than in the sweep: detection to relaunch stays milliseconds however many
         # lineages the sweep reads. The sweep still catches it if this process dies right here.
-        self._settler.settle(lineage, cycle)
+        self._controller.settle(lineage, cycle)
 
 
 def _mirrored(remote: RemoteJob) -> dict[str, Any]:

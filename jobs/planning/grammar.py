@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any
 
 from jobs.errors import SpecError
+from jobs.planning.hyperparameters import check_plain_text, check_reserved, check_script_argument
 from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
 from jobs.planning.spec import (
     DEFAULT_MAX_INSTANCES,
@@ -276,6 +277,7 @@ def _apply(command: _Command, token: str) -> None:
     key = _lookup(name)
     if key is None:
         raise SpecError(f"Unknown key {show(name)}: {_nearest(name, _suggestion_words())}see {COMMAND} help for the keys.")
+    check_plain_text(key.name, raw)
     if not has_value:
         if not key.flag:
             raise SpecError(f"{key.name} needs a value, e.g. {key.name}=VALUE (see {COMMAND} help {key.name}).")
@@ -288,6 +290,8 @@ def _apply(command: _Command, token: str) -> None:
 def _passthrough(name: str, raw: str, token: str) -> HpValue:
     if not HP_NAME.fullmatch(name):
         raise SpecError(f"{show(token)}: hp.NAME needs a NAME of letters, digits and _ (not starting with a digit).")
+    check_reserved(name, raw)
+    check_script_argument(name)  # against every script here; against the task's once the spec is whole
     if name in KNOWN_HYPERPARAMETERS:
         return coerce_hyperparameter(name, raw)
     return auto_value(raw)
@@ -339,7 +343,10 @@ def topic_help(word: str) -> str:
     if word in PRESETS:
         return f"{word}: {DESCRIPTIONS[word]}. Keys typed after it override it, e.g. {COMMAND} {word} spot=yes."
     if word.lower().startswith("hp."):
-        return "hp.NAME=VALUE passes a training argument through as is (NAME: letters, digits and _)."
+        return (
+            "hp.NAME=VALUE passes an argument of the training script through as is: its model and data arguments "
+            "or transformers' TrainingArguments, never sagemaker_*, the job's folders, hub pushes or outside trackers."
+        )
     key = _lookup(word)
     if key is None:
         return f"No key {show(word)}: {_nearest(word, _suggestion_words())}{COMMAND} help lists them all."
@@ -357,7 +364,7 @@ def general_help() -> str:
         "Keys:",
         *(f"  {k.name}{' (' + ', '.join(k.aliases) + ')' if k.aliases else ''}: {k.help}" for k in spec_keys),
         "Training arguments: " + ", ".join(KNOWN_HYPERPARAMETERS) + " (epochs, batch_size, lr are short for the first ones);",
-        "  hp.NAME=VALUE passes any other argument through.",
+        "  hp.NAME=VALUE passes any other argument of the training script through (its own or TrainingArguments).",
         "Model parallel: partitions, microbatches, " + ", ".join(f"mp.{n}" for n in MP_KEYS if n not in ("partitions", "microbatches")) + ".",
         "Durations: 3600, 90m, 2h, 1h30m. Yes/no: yes, no, true, false, on, off. Quote values with spaces.",
         f"{COMMAND} help KEY explains one key.",

@@ -1,13 +1,23 @@
 """Hyperparameters: the typed catalogue, the names trainbot reserves, and how raw values become typed ones.
 
-A known hyperparameter (``KNOWN_HYPERPARAMETERS``) is parsed to its type and range-checked; any other valid
-name passes through to the training script with its value read as a number, true/false or text.
+A known hyperparameter (``KNOWN_HYPERPARAMETERS``) is parsed to its type and range-checked; any other name
+passes through to the training script with its value read as a number, true/false or text, but only a name
+the task's script takes (``check_script_argument``, from data/script_arguments.json, generated from the
+scripts' dataclasses by tools/list_script_arguments.py: jobs/ imports neither transformers nor training/).
+Whatever the script, ``check_reserved`` refuses what drives SageMaker's launcher, the job's own folders, and
+anything that would send the model or data outside the account.
 """
 
 from __future__ import annotations
 
+import difflib
+import json
 import math
 import re
+import unicodedata
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from jobs.errors import SpecError
@@ -44,14 +54,27 @@ KNOWN_HYPERPARAMETERS: dict[str, tuple[type, float | None]] = {
     "gradient_checkpointing": (bool, None),
     "lr_scheduler_type": (str, None),
 }
-#: Set by trainbot itself from model=, dataset= and the job's folders.
+#: Script arguments trainbot sets itself from these keys.
 RESERVED_HYPERPARAMETERS = {
     "model_name_or_path": "model=",
     "dataset_name": "dataset=",
     "dataset_config_name": "dataset=",
     "dataset_revision": "dataset_revision=",
-    "output_dir": "nothing (the job's output folder is fixed)",
 }
+#: The task -> the script in training/ that trains it.
+ENTRY_POINTS = {"question-answering": "train_qa.py", "text-classification": "train_classification.py"}
+SCRIPT_ARGUMENTS_FILE = Path(__file__).parent / "data" / "script_arguments.json"
+#: Folders trainbot owns: the job's output, model, checkpoint and log folders and its data channels, under
+#: the names the scripts, transformers and SageMaker's `SM_*_DIR` variables give them.
+BOT_PATHS = frozenset({
+    "output_dir", "overwrite_output_dir", "output_data_dir", "output_intermediate_dir", "model_dir",
+    "checkpoint_dir", "checkpoints_dir", "checkpoint_local_path", "checkpoint_s3_uri", "resume_from_checkpoint",
+    "logging_dir", "input_dir", "input_data_dir", "input_config_dir", "channel_input_dirs", "module_dir",
+    "code_dir", "source_dir", "train_dir", "training_dir", "test_dir", "eval_dir", "validation_dir",
+})
+#: Names whose settings would send the model, data or metrics outside the account.
+OUTSIDE_PREFIXES = ("push_to_hub", "hub_", "trackio_")
+REPORT_TO_ALLOWED = ("none", "tensorboard")
 HP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*", re.ASCII)
 MAX_HYPERPARAMETERS = 100
 MAX_HP_VALUE_CHARS = 2500
@@ -125,7 +148,8 @@ def coerce_hyperparameter(name: str, value: object) -> HpValue:
 
 
 def check_hyperparameters(hps: dict[str, Any]) -> dict[str, HpValue]:
-    """Names, reserved names, types and ranges of every hyperparameter."""
+    """Names, names set by keys, types and ranges of every hyperparameter (the script's names and the
+    always-reserved ones are :func:`check_script_hyperparameters`)."""
     if len(hps) > MAX_HYPERPARAMETERS:
         raise SpecError(f"A job takes at most {MAX_HYPERPARAMETERS} hyperparameters, not {len(hps)}.")
     checked: dict[str, HpValue] = {}
@@ -164,3 +188,107 @@ def _check_range(name: str, value: float, minimum: float | None) -> None:
     if value < minimum:
         raise SpecError(f"{name} must be at least {minimum:g}, not {value}.")
 
+
+
+# ---------------------------------------------------------------- what may reach a script at all
+
+
+def check_reserved(name: str, value: str | None = None) -> None:
+    """Refuse, whatever arguments the script takes, a name that drives SageMaker's launcher (``sagemaker_*``,
+    ``mp_parameters``), names a folder trainbot owns, or sends the model or data outside the account; and a
+    value that is not plain text or that sends metrics out (``report_to``). One SpecError sentence."""
+    lower = name.lower()
+    reason = _reserved_reason(lower)
+    if reason is not None:
+        raise SpecError(f"hp.{name} is refused: {reason}.")
+    if value is None:
+        return
+    check_plain_text(f"hp.{name}", value)
+    if value.startswith("--"):
+        raise SpecError(f"hp.{name} may not start with -- ({show(value)}): the script would read it as another argument.")
+    if lower == "report_to" and value.strip().lower() not in REPORT_TO_ALLOWED:
+        raise SpecError(
+            f"hp.report_to may be {' or '.join(REPORT_TO_ALLOWED)}, not {show(value)}: "
+            "trainbot never sends metrics outside your account."
+        )
+
+
+def _reserved_reason(lower: str) -> str | None:
+    if lower.startswith("sagemaker_"):
+        return "names starting with sagemaker_ drive SageMaker's launcher, which trainbot sets from distribution= and the other keys"
+    if lower == "mp_parameters":
+        return "model-parallel settings come from partitions=, microbatches= and mp.* with distribution=model"
+    if lower in BOT_PATHS:
+        return "trainbot sets the job's output, model, checkpoint, log and data folders itself"
+    if lower.startswith(OUTSIDE_PREFIXES):
+        return "trainbot never sends the model or data outside your account (no hub pushes or outside trackers)"
+    return None
+
+
+#: Characters that are not plain text: C0/C1 controls (NUL included), lone surrogates, and the bidi
+#: overrides and isolates that make a card show something other than what runs.
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def check_plain_text(key: str, value: str) -> None:
+    """SpecError naming ``key`` when ``value`` holds a control character."""
+    for char in value:
+        if char in _BIDI_CONTROLS or unicodedata.category(char) in ("Cc", "Cs"):
+            raise SpecError(
+                f"{key} has a control character (U+{ord(char):04X}) in its value: values are plain text, type it without one."
+            )
+
+
+def check_launch_hyperparameters(hps: Mapping[str, object]) -> None:
+    """The backends' last look before a launch: no reserved name or value, however the plan was made."""
+    for name, value in hps.items():
+        check_reserved(str(name), _value_text(value))
+
+
+# ---------------------------------------------------------------- the script's own arguments
+
+
+@cache
+def _script_argument_file() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(SCRIPT_ARGUMENTS_FILE.read_text(encoding="utf-8"))
+    return data
+
+
+@cache
+def script_arguments(task: str | None = None) -> frozenset[str]:
+    """The names the task's script takes (any script's when ``task`` is None): its own dataclasses and
+    ``TrainingArguments`` of every transformers line listed (the scripts' compat layer maps renamed ones),
+    less the reserved names."""
+    data = _script_argument_file()
+    scripts = [ENTRY_POINTS[task]] if task in ENTRY_POINTS else list(data["scripts"])
+    names = {name for script in scripts for name in data["scripts"][script]}
+    for listed in data["training_arguments"].values():
+        names.update(listed)
+    return frozenset(name for name in names if _reserved_reason(name.lower()) is None)
+
+
+def check_script_argument(name: str, task: str | None = None) -> None:
+    """SpecError, with the nearest name, when the task's script (any script without a task) lacks ``name``."""
+    if name in script_arguments(task):
+        return
+    script = f"the {task} script ({ENTRY_POINTS[task]})" if task in ENTRY_POINTS else "the training scripts"
+    candidates = sorted(script_arguments(task) - set(RESERVED_HYPERPARAMETERS))
+    close = difflib.get_close_matches(name.lower(), candidates, n=1, cutoff=0.6)
+    hint = (
+        f"did you mean hp.{close[0]}?"
+        if close
+        else "hp.NAME takes its model and data arguments and transformers' TrainingArguments, e.g. hp.warmup_steps=100."
+    )
+    raise SpecError(f"hp.{name} is not an argument of {script}: {hint}")
+
+
+def check_script_hyperparameters(hps: Mapping[str, object], task: str | None) -> None:
+    """Every name is one the task's script takes and none is reserved; every value is plain text."""
+    for name, value in hps.items():
+        check_reserved(name, _value_text(value))
+        check_script_argument(name, task)
+
+
+def _value_text(value: object) -> str:
+    """A value as the script will read it: text as is, yes/no as true/false, numbers as digits."""
+    return value if isinstance(value, str) else json.dumps(value)

@@ -6,6 +6,7 @@ sagemaker_session=...)``.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import re
 from dataclasses import dataclass
@@ -14,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from jobs.planning import pricing
+from jobs.planning.hyperparameters import ENTRY_POINTS as ENTRY_POINTS  # `as`: re-exported for callers
+from jobs.planning.hyperparameters import check_script_hyperparameters
 from jobs.planning.instances import instance_info
 from jobs.planning.pricing import CostEstimate, usd
 from jobs.planning.spec import JobSpec, dataset_hyperparameters
 
-ENTRY_POINTS = {"question-answering": "train_qa.py", "text-classification": "train_classification.py"}
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 BUCKET_PLACEHOLDER = "<TRAINBOT_BUCKET>"
 LINEAGE_PLACEHOLDER = "<lineage>"
@@ -80,18 +82,45 @@ def training_source_dir() -> str:
     return str(folder.resolve())
 
 
-def job_prefix(bucket: str, lineage_id: str) -> str:
-    return f"s3://{bucket or BUCKET_PLACEHOLDER}/trainbot/{lineage_id or LINEAGE_PLACEHOLDER}"
+@dataclass(frozen=True)
+class S3Layout:
+    """Where a lineage's files live in the bucket: the one place that knows the layout.
+
+    SageMaker writes a job's model to ``{output}/{job name}/output/model.tar.gz`` itself; reports link the
+    ``ModelArtifacts`` that DescribeTrainingJob returns rather than rebuilding that path."""
+
+    bucket: str
+    lineage_id: str
+
+    @property
+    def prefix(self) -> str:
+        return f"s3://{self.bucket or BUCKET_PLACEHOLDER}/trainbot/{self.lineage_id or LINEAGE_PLACEHOLDER}"
+
+    @property
+    def checkpoints(self) -> str:
+        """One checkpoint prefix per lineage: two lineages never share one."""
+        return f"{self.prefix}/checkpoints"
+
+    @property
+    def output(self) -> str:
+        return f"{self.prefix}/output"
+
+    @property
+    def code(self) -> str:
+        return f"{self.prefix}/code"
 
 
 def checkpoint_uri(bucket: str, lineage_id: str) -> str:
-    """One checkpoint prefix per lineage: two lineages never share one."""
-    return f"{job_prefix(bucket, lineage_id)}/checkpoints"
+    return S3Layout(bucket, lineage_id).checkpoints
 
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """What would be launched for ``spec``: the estimator's arguments and the cost of one attempt."""
+    """What would be launched for ``spec``: the estimator's arguments and the cost of one attempt.
+
+    Once a launch is approved, ``stored()`` is kept with the lineage and every relaunch is
+    ``from_stored(...).for_attempt(...)``: the same arguments on another instance type or spot setting,
+    never a plan rebuilt from settings that may have changed since (a new bucket would start from zero)."""
 
     spec: JobSpec
     lineage_id: str
@@ -109,10 +138,38 @@ class LaunchPlan:
             data["inputs"] = dict(self.inputs)
         return data
 
+    @property
+    def checkpoint_uri(self) -> str:
+        return str(self.estimator["checkpoint_s3_uri"])
+
+    def stored(self) -> dict[str, Any]:
+        """What the store keeps: the resolved launch arguments (the spec is stored on its own)."""
+        return {"estimator": copy.deepcopy(self.estimator), "inputs": dict(self.inputs) if self.inputs else None}
+
+    @classmethod
+    def from_stored(cls, spec: JobSpec, lineage_id: str, stored: dict[str, Any]) -> LaunchPlan:
+        estimator = copy.deepcopy(stored["estimator"])
+        return cls(spec, lineage_id, estimator, pricing.estimate(spec), stored.get("inputs") or None)
+
+    def for_attempt(self, *, instance_type: str, spot: bool) -> LaunchPlan:
+        """This approved plan on ``instance_type`` with ``spot``; nothing else changes. The fallback types
+        come from the recovery policy's list, which keeps the spec's rules: no revalidation against
+        today's settings, so a lowered TRAINBOT_MAX_INSTANCES does not strand a running lineage."""
+        estimator = copy.deepcopy(self.estimator)
+        estimator["instance_type"] = instance_type
+        estimator["use_spot_instances"] = spot
+        max_wait = self.spec.max_wait if spot else None
+        if max_wait:
+            estimator["max_wait"] = max_wait
+        else:
+            estimator.pop("max_wait", None)
+        spec = self.spec.model_copy(update={"instance_type": instance_type, "spot": spot, "max_wait": max_wait})
+        return LaunchPlan(spec, self.lineage_id, estimator, pricing.estimate(spec), self.inputs)
+
 
 def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str = "", origin: str = "") -> LaunchPlan:
     """The plan of ``spec`` for lineage ``lineage_id``; an empty bucket gives placeholder URIs."""
-    prefix = job_prefix(bucket, lineage_id)
+    layout = S3Layout(bucket, lineage_id)
     estimator: dict[str, Any] = {
         "entry_point": ENTRY_POINTS[spec.task],
         "source_dir": training_source_dir(),
@@ -131,10 +188,10 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
     if spec.spot:
         estimator["max_wait"] = spec.max_wait
     estimator.update(
-        checkpoint_s3_uri=f"{prefix}/checkpoints",
+        checkpoint_s3_uri=layout.checkpoints,
         checkpoint_local_path=CHECKPOINT_LOCAL_PATH,
-        output_path=f"{prefix}/output",
-        code_location=f"{prefix}/code",
+        output_path=layout.output,
+        code_location=layout.code,
         metric_definitions=[dict(d) for d in METRIC_DEFINITIONS],
         tags=plan_tags(spec, lineage_id or LINEAGE_PLACEHOLDER, launched_by, origin),
     )
@@ -143,13 +200,15 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
 
 
 def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
-    """The spec's hyperparameters plus the model and dataset arguments the scripts read."""
+    """The spec's hyperparameters plus the model and dataset arguments the scripts read, every one a name
+    the task's script takes and none it may not be handed (a stored spec is checked here too)."""
     hps: dict[str, str | int | float | bool] = {"model_name_or_path": spec.model}
     if spec.train_data is None:
         hps.update(dataset_hyperparameters(spec.dataset))
         if spec.dataset_revision:
             hps["dataset_revision"] = spec.dataset_revision
     hps.update(spec.hyperparameters)
+    check_script_hyperparameters(hps, spec.task)
     return hps
 
 

@@ -58,6 +58,13 @@ def cost_of(instance_type: str, instance_count: int, billable_seconds: float, sp
     return hourly_usd(instance_type, spot=spot) * instance_count * max(billable_seconds, 0.0) / SECONDS_PER_HOUR
 
 
+def attempt_worst_case_usd(instance_type: str, instance_count: int, spot: bool, max_run: float) -> float:
+    """The most one attempt can be billed: ``max_run`` of every instance at up to the on-demand price (a
+    spot job is billed for training time, at most max_run, and its price can rise to on-demand).
+    ``spot`` is taken for the signature's sake: the ceiling is the same."""
+    return cost_of(instance_type, instance_count, max_run, spot=False)
+
+
 @dataclass(frozen=True)
 class CostEstimate:
     """The cost of one attempt of a job, all instances together (see the module docstring)."""

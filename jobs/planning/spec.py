@@ -4,6 +4,11 @@ Build one with :func:`spec_from_fields` (any raw dict: the grammar's, a preset's
 every failure into a :class:`SpecError`. ``JobSpec.model_dump(mode="json")`` is the contract JSON, and
 validating that JSON again gives the same spec (the defaults below are idempotent). Hyperparameter names,
 types and value parsing live in :mod:`jobs.planning.hyperparameters`.
+
+Input (anything through :func:`spec_from_fields`, which passes a validation context) must also name only
+hyperparameters the task's script takes and none it may not be handed. A spec read back from the store is
+validated without a context, so rules added since it was saved never make its row unreadable; nothing of it
+reaches a job without ``build_plan`` checking its hyperparameters again.
 """
 
 from __future__ import annotations
@@ -19,7 +24,13 @@ from jobs.planning.hyperparameters import (
     HP_NAME as HP_NAME,  # `as`: re-exported for jobs.planning.grammar and older callers
 )
 from jobs.planning.hyperparameters import KNOWN_HYPERPARAMETERS as KNOWN_HYPERPARAMETERS
-from jobs.planning.hyperparameters import TRUE_WORDS, HpValue, check_hyperparameters, show
+from jobs.planning.hyperparameters import (
+    TRUE_WORDS,
+    HpValue,
+    check_hyperparameters,
+    check_script_hyperparameters,
+    show,
+)
 from jobs.planning.hyperparameters import auto_value as auto_value
 from jobs.planning.hyperparameters import coerce_hyperparameter as coerce_hyperparameter
 from jobs.planning.hyperparameters import parse_bool as parse_bool
@@ -74,7 +85,7 @@ def dataset_hyperparameters(dataset: str) -> dict[str, str]:
 
 
 class JobSpec(BaseModel):
-    """One training job. Field names and JSON are the contract (DESIGN.md); the extra fields follow them."""
+    """One training job. Field names and JSON are the contract (README); the extra fields follow them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -106,8 +117,12 @@ class JobSpec(BaseModel):
 
     @field_validator("hyperparameters")
     @classmethod
-    def _check_hyperparameters(cls, value: dict[str, HpValue]) -> dict[str, HpValue]:
-        return check_hyperparameters(value)
+    def _check_hyperparameters(cls, value: dict[str, HpValue], info: ValidationInfo) -> dict[str, HpValue]:
+        checked = check_hyperparameters(value)
+        if isinstance(info.context, dict):  # input, not a stored row (see the module docstring)
+            task = info.data.get("task")
+            check_script_hyperparameters(checked, task if isinstance(task, str) else None)
+        return checked
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> JobSpec:
@@ -253,12 +268,19 @@ def _check_names(spec: JobSpec) -> None:
         value = getattr(spec, field)
         if value is not None and not NAME_PATTERN.fullmatch(value):
             raise SpecError(f"{field} {show(value)} is not a usable name: a hub id like owner/name, or an s3:// or local path, with no spaces.")
+        if value is not None and any(part.startswith("-") for part in _script_values(field, value)):
+            # It becomes a script argument's value; one starting with - would read as another option.
+            raise SpecError(f"{field} {show(value)} may not start with -: name a hub id like owner/name, or an s3:// or local path.")
     if spec.train_data is not None and not spec.train_data.startswith(("s3://", "/", "./", "~")):
         raise SpecError(f"train_data must be an s3:// prefix or a local folder, not {show(spec.train_data)}.")
     if spec.dataset in DATASETS and DATASETS[spec.dataset][0] != spec.task:
         raise SpecError(f"dataset={spec.dataset} is {DATASETS[spec.dataset][0]} data, but task={spec.task}: change one of them.")
     if spec.preset is not None and spec.preset not in PRESETS:
         raise SpecError(f"Unknown preset {show(spec.preset)}: choose one of {', '.join(PRESETS)}.")
+
+
+def _script_values(field: str, value: str) -> list[str]:
+    return list(dataset_hyperparameters(value).values()) if field == "dataset" else [value]
 
 
 def _check_instances(spec: JobSpec, info: InstanceType, max_instances: int) -> None:

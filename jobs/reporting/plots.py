@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.errors import TrainbotError
-from jobs.records import AttemptStatus, MetricSeries
+from jobs.lifecycle.state import AttemptStatus
+from jobs.records import MetricSeries
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -12,8 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobs.errors import TrainbotError
+from jobs.lifecycle.state import AttemptStatus
 from jobs.planning import pricing
-from jobs.records import AttemptStatus
 
 if TYPE_CHECKING:
     from jobs.backend import TrainingBackend
@@ -188,7 +188,7 @@ def _links(lineage: Lineage, backend: TrainingBackend) -> dict[str, str]:
     if latest is None:
         return {}
     try:
-        return dict(backend.console_links(latest.job_name))
+        return dict(backend.console_links(latest.job_name, latest.model_artifacts))
     except TrainbotError as exc:  # links are a convenience: the report stands without them
         log.warning("no console links for %s: %s", latest.job_name, exc)
         return {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.records import AttemptStatus
+from jobs.lifecycle.state import AttemptStatus
 from jobs.store.store import Lineage
 
 #: A run is flagged when EM, F1 or accuracy drops by more than this many points (0-100 scale).

@@ -27,9 +27,10 @@ from sqlalchemy.exc import IntegrityError
 from jobs.clock import Clock
 from jobs.errors import InvalidState, NotFound, PermissionDenied, ScheduleError, TrainbotError
 from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import LineageStatus
 from jobs.permissions import AccessPolicy
 from jobs.planning.grammar import parse_command
-from jobs.records import Actor, LineageStatus
+from jobs.records import Actor
 from jobs.schedules.comparison import DEFAULT_REGRESSION_POINTS, Comparison, compare_runs, final_metrics
 from jobs.schedules.store import (
     FireResult,

@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy.engine import Row
 
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.planning.spec import JobSpec
-from jobs.records import AttemptStatus, LineageStatus
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Lineage:
     created_at: datetime
     updated_at: datetime
     attempts: tuple[Attempt, ...]  # ordered by number
+    launch_plan: dict[str, Any] | None = None  # LaunchPlan.stored() as approved; None before schema 30
 
     @property
     def latest_attempt(self) -> Attempt | None:
@@ -127,4 +128,5 @@ def to_lineage(row: Row[Any], attempts: tuple[Attempt, ...]) -> Lineage:
         created_at=row.created_at,
         updated_at=row.updated_at,
         attempts=attempts,
+        launch_plan=row.launch_plan,
     )

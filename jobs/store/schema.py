@@ -91,6 +91,9 @@ lineages = Table(
     Column("next_spot", Boolean),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    # The approved, resolved launch plan (LaunchPlan.stored()); relaunches replay it. Null on lineages
+    # recorded before revision 0003, which are replayed from their spec and their own checkpoint URI.
+    Column("launch_plan", JSON),
     Index("ix_lineages_status", "status"),
     Index("ix_lineages_created_at", "created_at"),
 )

@@ -8,19 +8,20 @@ caller learns from the row count whether it won, so two processes never both act
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, MetaData, and_, exists, func, insert, not_, select, update
+from sqlalchemy import Connection, Engine, MetaData, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
 from jobs.errors import InvalidState, NotFound
+from jobs.lifecycle.state import ATTEMPT_MOVES, LINEAGE_MOVES, AttemptStatus, LineageStatus, Move
 from jobs.planning.spec import JobSpec
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.records import Actor
 from jobs.store.migrate import current_revision, upgrade
 from jobs.store.rows import Attempt, AuditEntry, Lineage, Notification, to_attempt, to_lineage
 from jobs.store.schema import attempts as t_attempts
@@ -91,8 +92,10 @@ class Store:
         estimated_usd: float,
         request_id: str | None = None,
         schedule: str | None = None,
+        launch_plan: dict[str, Any] | None = None,
     ) -> Lineage:
-        """Record a lineage as PENDING. DuplicateLineage when the id or request id is taken."""
+        """Record a lineage as PENDING with its approved ``launch_plan`` (LaunchPlan.stored()).
+        DuplicateLineage when the id or request id is taken."""
         now = self._now()
         values = {
             "id": lineage_id,
@@ -107,6 +110,7 @@ class Store:
             "request_id": request_id,
             "estimated_usd": float(estimated_usd),
             "restarts": 0,
+            "launch_plan": launch_plan,
             "created_at": now,
             "updated_at": now,
         }
@@ -164,13 +168,13 @@ class Store:
             by_lineage = self._attempts_of(conn, [r.id for r in rows])
             return [to_lineage(r, by_lineage.get(r.id, ())) for r in rows]
 
-    def transition_lineage(
-        self, lineage_id: str, expected: Iterable[LineageStatus], new: LineageStatus, **fields: Any
-    ) -> bool:
-        """Move to ``new`` only if the status is one of ``expected``; True when this call did it."""
+    def transition_lineage(self, lineage_id: str, move: Move[LineageStatus], **fields: Any) -> bool:
+        """Carry out ``move`` (jobs.lifecycle.state) only if the status is one of its sources; True when
+        this call did it."""
+        _check_move(move, LINEAGE_MOVES)
         values = self._settable(t_lineages, fields)
-        values["status"] = LineageStatus(new).value
-        statuses = [LineageStatus(s).value for s in expected]
+        values["status"] = move.target.value
+        statuses = [s.value for s in move.sources]
         stmt = (
             update(t_lineages)
             .where(t_lineages.c.id == lineage_id, t_lineages.c.status.in_(statuses))
@@ -178,7 +182,7 @@ class Store:
         )
         with self._write() as conn:
             won = conn.execute(stmt).rowcount == 1
-        log.debug("lineage %s %s -> %s: %s", lineage_id, statuses, values["status"], won)
+        log.debug("lineage %s %s (%s -> %s): %s", lineage_id, move.name, statuses, values["status"], won)
         return won
 
     def set_message(self, lineage_id: str, channel: str, ts: str) -> None:
@@ -190,20 +194,6 @@ class Store:
         with self._write() as conn:
             if conn.execute(stmt).rowcount != 1:
                 raise NotFound(f"There is no job {lineage_id!r} to attach a message to.")
-
-    def estimated_spend_since(self, since: datetime) -> float:
-        """Worst-case estimates of lineages created since ``since``, less those whose every launch was
-        refused (no job ever ran, so they cost nothing)."""
-        ran = exists().where(
-            t_attempts.c.lineage_id == t_lineages.c.id,
-            t_attempts.c.status != AttemptStatus.LAUNCH_FAILED.value,
-        )
-        refused = and_(t_lineages.c.status == LineageStatus.FAILED.value, not_(ran))
-        query = select(func.coalesce(func.sum(t_lineages.c.estimated_usd), 0.0)).where(
-            t_lineages.c.created_at >= since, not_(refused)
-        )
-        with self._read() as conn:
-            return float(conn.execute(query).scalar_one())
 
     # -- attempts ---------------------------------------------------------------------------------
 
@@ -253,16 +243,14 @@ class Store:
             raise NotFound(f"There is no training job {job_name!r}; `trainbot jobs` (or /jobs) lists them.")
         return to_attempt(row)
 
-    def transition_attempt(
-        self, job_name: str, expected: Iterable[AttemptStatus], new: AttemptStatus, **fields: Any
-    ) -> bool:
+    def transition_attempt(self, job_name: str, move: Move[AttemptStatus], **fields: Any) -> bool:
         """Guarded like transition_lineage; a move to a terminal status stamps ``ended_at`` unless given."""
+        _check_move(move, ATTEMPT_MOVES)
         values = self._settable(t_attempts, fields)
-        new = AttemptStatus(new)
-        values["status"] = new.value
-        if new.is_terminal():
+        values["status"] = move.target.value
+        if move.target.is_terminal():
             values.setdefault("ended_at", values["updated_at"])
-        statuses = [AttemptStatus(s).value for s in expected]
+        statuses = [s.value for s in move.sources]
         stmt = (
             update(t_attempts)
             .where(t_attempts.c.job_name == job_name, t_attempts.c.status.in_(statuses))
@@ -278,6 +266,16 @@ class Store:
             stmt = update(t_attempts).where(t_attempts.c.job_name == job_name).values(**values)
             if conn.execute(stmt).rowcount != 1:
                 raise NotFound(f"There is no training job {job_name!r} to update.")
+
+    def attempts_created_since(self, since: datetime) -> list[tuple[Attempt, JobSpec]]:
+        """Every attempt created at or after ``since``, with its lineage's spec (for what it may cost)."""
+        query = (
+            select(t_attempts, t_lineages.c.spec.label("lineage_spec"))
+            .join(t_lineages, t_lineages.c.id == t_attempts.c.lineage_id)
+            .where(t_attempts.c.created_at >= since)
+        )
+        with self._read() as conn:
+            return [(to_attempt(row), JobSpec.model_validate(row.lineage_spec)) for row in conn.execute(query)]
 
     def active_attempts(self, *, backend: str | None = None) -> list[Attempt]:
         """LAUNCHING or RUNNING attempts (of lineages on `backend`, if given), oldest first."""
@@ -445,6 +443,13 @@ class Store:
         for row in conn.execute(query):
             grouped.setdefault(row.lineage_id, []).append(to_attempt(row))
         return {k: tuple(v) for k, v in grouped.items()}
+
+
+
+def _check_move(move: Move[Any], known: tuple[Move[Any], ...]) -> None:
+    # Only the lifecycle's named moves: an ad-hoc edge would bypass the table that says what may happen.
+    if move not in known:
+        raise ValueError(f"{move.name!r} is not one of the lifecycle's moves")
 
 
 __all__ = ["Attempt", "AuditEntry", "DuplicateLineage", "Lineage", "Notification", "Store"]

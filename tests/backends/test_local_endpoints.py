@@ -24,8 +24,9 @@ from jobs.endpoints.port import DeployRequest, EndpointStatus
 from jobs.endpoints.service import EndpointService
 from jobs.errors import BadInput, NotFound
 from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import LineageStatus
 from jobs.lifecycle.watcher import Watcher
-from jobs.records import Actor, LineageStatus, RemoteStatus
+from jobs.records import Actor, RemoteStatus
 from jobs.settings import Settings
 from jobs.store.store import Store
 
@@ -76,7 +77,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     job = f"{lineage.id}-1"
     _wait(lambda: training.describe(job).status.is_terminal(), 90, "the local training job")
     assert training.describe(job).status is RemoteStatus.COMPLETED, training.log_tail(job, 20)
-    Watcher(store, training, jobs, clock, settings).poll_once()
+    Watcher(store, training, clock, settings).poll_once()
     service = EndpointService(
         store=store, backend=LocalEndpoints(home, clock), settings=settings, clock=clock
     )

@@ -25,8 +25,9 @@ from jobs.endpoints.port import EndpointStatus
 from jobs.endpoints.service import EndpointService
 from jobs.errors import ConfigError
 from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import LineageStatus
 from jobs.lifecycle.watcher import Watcher
-from jobs.records import Actor, LineageStatus
+from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
@@ -89,7 +90,7 @@ def rig(moto_aws_module: MotoAws, tmp_path_factory: pytest.TempPathFactory) -> I
     )
     lineage = jobs.launch("bert-squad", actor=ALICE)
     clock.advance(1)
-    Watcher(store, training, jobs, clock, settings).poll_once()  # moto made it Completed
+    Watcher(store, training, clock, settings).poll_once()  # moto made it Completed
     artifacts = aws.client("sagemaker").describe_training_job(TrainingJobName=f"{lineage.id}-1")
     sent = {op: CallRecorder(op) for op in OPERATIONS}
     invoked = CallRecorder("InvokeEndpoint", service="sagemaker-runtime")

@@ -197,7 +197,8 @@ def test_stop_sends_stop_training_job(moto_aws: MotoAws) -> None:
 def test_console_links_point_at_the_region_job_logs_and_model(
     backend: SageMakerBackend, moto_aws: MotoAws
 ) -> None:
-    links = backend.console_links("lin-a-1")
+    artifacts = f"s3://{moto_aws.bucket}/trainbot/lin-a/output/lin-a-1/output/model.tar.gz"
+    links = backend.console_links("lin-a-1", artifacts)
     assert (
         links["job"]
         == f"https://{REGION}.console.aws.amazon.com/sagemaker/home?region={REGION}#/jobs/lin-a-1"
@@ -206,9 +207,11 @@ def test_console_links_point_at_the_region_job_logs_and_model(
         f"https://{REGION}.console.aws.amazon.com/cloudwatch/home?region={REGION}#logsV2:"
     )
     assert "$252Faws$252Fsagemaker$252FTrainingJobs" in links["logs"] and "lin-a-1" in links["logs"]
-    assert links["model"].startswith(
+    assert links["model"] == (
         f"https://s3.console.aws.amazon.com/s3/buckets/{moto_aws.bucket}?region={REGION}"
+        "&prefix=trainbot/lin-a/output/lin-a-1/output/"
     )
+    assert "model" not in backend.console_links("lin-a-1")  # never a guess
     assert backend.scaling_note(None) is None  # type: ignore[arg-type]
 
 

@@ -21,8 +21,9 @@ from jobs.backends.sagemaker_events import EventQueue, setup_events
 from jobs.clock import SystemClock
 from jobs.lifecycle import events
 from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.lifecycle.watcher import Watcher
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
@@ -86,7 +87,7 @@ def _bot(aws: MotoAws, home: Path, queue: str, *, recorders: list[Any] | None = 
     jobs = JobService(store=store, backend=backend, settings=config, clock=clock,
                       new_lineage_id=lambda spec: f"ev{next(_IDS):03d}-{datetime.now():%H%M%S%f}")
     runtime = Runtime(settings=config, clock=clock, store=store, backend=backend, jobs=jobs,
-                      watcher=Watcher(store, backend, jobs, clock, config),
+                      watcher=Watcher(store, backend, clock, config),
                       events=EventQueue(session, done.queue_url, region=aws.region))
     return Bot(aws, runtime, done.queue_url, created, sent)
 

@@ -13,7 +13,8 @@ from pathlib import Path
 from bot.scheduler import SchedulerRunner
 from bot.wiring import build_runtime
 from jobs.clock import FakeClock
-from jobs.records import Actor, LineageStatus
+from jobs.lifecycle.state import LineageStatus
+from jobs.records import Actor
 from jobs.settings import Settings
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")

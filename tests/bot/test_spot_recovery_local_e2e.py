@@ -15,7 +15,8 @@ from safetensors.torch import load_file
 from bot.wiring import build_runtime
 from jobs.backends.local import LocalBackend
 from jobs.clock import FakeClock
-from jobs.records import Actor, LineageStatus
+from jobs.lifecycle.state import LineageStatus
+from jobs.records import Actor
 from jobs.settings import Settings
 
 OPERATOR = Actor("cli:test", via="cli")

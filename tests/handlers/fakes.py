@@ -12,6 +12,7 @@ from handlers.chat import ChatUnavailable
 from handlers.context import CommandContext, Services
 from jobs.clock import FakeClock
 from jobs.lifecycle.service import JobService
+from jobs.planning.hyperparameters import KNOWN_HYPERPARAMETERS, RESERVED_HYPERPARAMETERS, script_arguments
 from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
@@ -20,6 +21,12 @@ from tests.jobs.fakes import ScriptedBackend
 CHANNEL = "C_ML"
 ALICE = Actor("U_ALICE", channel_id=CHANNEL, via="slack")
 BOB = Actor("U_BOB", channel_id=CHANNEL, via="slack")
+
+
+def free_text_arguments() -> list[str]:
+    """Argument names of the QA script that take any text (for cards with many long hyperparameters)."""
+    typed_or_set = set(KNOWN_HYPERPARAMETERS) | set(RESERVED_HYPERPARAMETERS) | {"report_to"}
+    return sorted(script_arguments("question-answering") - typed_or_set)
 
 
 @dataclass(frozen=True)

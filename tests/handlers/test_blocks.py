@@ -12,7 +12,7 @@ from handlers import cards
 from jobs.planning.grammar import parse_command
 from jobs.planning.pricing import estimate
 from jobs.records import Actor
-from tests.handlers.fakes import make_world, walk_limits
+from tests.handlers.fakes import free_text_arguments, make_world, walk_limits
 
 
 def test_builders_cut_every_text_to_its_limit() -> None:
@@ -57,7 +57,7 @@ def test_mrkdwn_escapes_user_text() -> None:
 
 
 def test_plan_card_with_a_hundred_huge_hyperparameters(tmp_path: Path) -> None:
-    text = "bert-squad " + " ".join(f"hp.h{i}={'v' * 2400}" for i in range(90))
+    text = "bert-squad " + " ".join(f"hp.{name}={'v' * 2400}" for name in free_text_arguments()[:90])
     spec = parse_command(text)
     card = cards.plan_card(spec, estimate(spec), command="/train " + text, value='{"r":"x"}',
                            scaling_note="n" * 9000, max_job_usd=10.0)

@@ -9,7 +9,7 @@ import pytest
 
 from handlers import cards, router
 from handlers.blocks import buttons_in
-from jobs.records import LineageStatus
+from jobs.lifecycle.state import LineageStatus
 from jobs.store.store import Lineage
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, World, make_world, walk_limits
 

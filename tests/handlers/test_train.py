@@ -10,7 +10,8 @@ import pytest
 from handlers import cards, router, texts, train
 from handlers.blocks import buttons_in
 from handlers.chat import Reply
-from jobs.records import Actor, LineageStatus
+from jobs.lifecycle.state import LineageStatus
+from jobs.records import Actor
 from tests.handlers.fakes import (
     ALICE,
     BOB,
@@ -18,6 +19,7 @@ from tests.handlers.fakes import (
     Deferred,
     ModalRecordingChat,
     World,
+    free_text_arguments,
     make_world,
     walk_limits,
 )
@@ -141,7 +143,7 @@ def test_chat_down_at_launch_still_launches(world: World) -> None:
 
 
 def test_a_command_too_long_for_a_button_value_round_trips(world: World) -> None:
-    text = "bert-squad " + " ".join(f"hp.extra_{i}={'x' * 40}" for i in range(60))
+    text = "bert-squad " + " ".join(f"hp.{name}={'x' * 40}" for name in free_text_arguments()[:60])
     reply = plan(world, text)
     value = button_value(reply, cards.ACTION_LAUNCH)
     assert len(value) < 100
@@ -168,14 +170,14 @@ def test_edit_reprompts_where_there_are_no_modals(world: World) -> None:
 
 def test_edit_opens_a_modal_and_its_submission_plans_again(tmp_path: Path) -> None:
     world = make_world(tmp_path, chat=ModalRecordingChat())
-    value = button_value(plan(world, "bert-squad spot=yes hp.seed_extra=3"), cards.ACTION_EDIT)
+    value = button_value(plan(world, "bert-squad spot=yes hp.data_seed=3"), cards.ACTION_EDIT)
     assert router.run_action(world.ctx(trigger_id="trig-1"), cards.ACTION_EDIT, value) is None
     modal, = world.chat.of("modal")
     view = modal.extra["view"]
     walk_limits(view["blocks"], max_blocks=100)
     initial = {b["block_id"]: b["element"].get("initial_value", "") for b in view["blocks"]}
     assert initial["instance_count"] == "2" and initial["spot"] == "yes"
-    assert initial["options"] == "bert-squad hp.seed_extra=3"
+    assert initial["options"] == "bert-squad hp.data_seed=3"
     assert train.modal_channel(view["private_metadata"]) == CHANNEL
     initial["instance_count"] = "4"
     reply = router.run_submission(world.ctx(), cards.EDIT_CALLBACK, initial)

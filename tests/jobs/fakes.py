@@ -163,7 +163,7 @@ class ScriptedBackend:
         self._record("metric_series", job_name)
         return self._metrics.get(job_name, {})
 
-    def console_links(self, job_name: str) -> dict[str, str]:
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         self._record("console_links", job_name)
         return {"job": f"fake://jobs/{job_name}", "logs": f"fake://logs/{job_name}"}
 

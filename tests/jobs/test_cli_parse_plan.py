@@ -14,8 +14,8 @@ TRAINBOT = Path(sys.executable).parent / "trainbot"
 pytestmark = pytest.mark.skipif(not TRAINBOT.exists(), reason="the trainbot command is not installed in this venv")
 
 
-def trainbot(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TRAINBOT_HOME": str(home), "TRAINBOT_BACKEND": "local"}
+def trainbot(*args: str, home: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TRAINBOT_HOME": str(home), "TRAINBOT_BACKEND": "local", **extra_env}
     return subprocess.run([str(TRAINBOT), *args], capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -34,6 +34,11 @@ def test_parse_prints_the_spec(tmp_path: Path) -> None:
         (["parse", "bert-squad", "instanses=2"], "did you mean instances"),
         (["parse"], "Type a preset"),
         (["plan", "distilbert-spot", "max_wait=1m"], "max_wait"),
+        (["parse", "hp.sagemaker_mpi_custom_mpi_options=-x"], "hp.sagemaker_mpi_custom_mpi_options is refused"),
+        (["parse", "distilbert-spot", "hp.learning_rat=0.1"], "did you mean hp.learning_rate?"),
+        (["parse", "distilbert-spot", "hp.run_name=a\x1bb"], "control character (U+001B)"),  # argv holds no NUL
+        (["plan", "distilbert-spot", "train_data=/etc"], "train_data='/etc' is outside the folders local jobs may read"),
+        (["plan", "bert-squad", "model=~/.ssh"], "TRAINBOT_LOCAL_DATA_DIRS"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], words: str) -> None:
@@ -63,11 +68,11 @@ def test_plan_json(tmp_path: Path) -> None:
 
 
 def test_the_whole_command_may_come_as_one_quoted_argument(tmp_path: Path) -> None:
-    words = trainbot("parse", "distilbert-spot", "epochs=2", "hp.note=two words", home=tmp_path)
-    whole = trainbot("parse", 'distilbert-spot epochs=2 hp.note="two words"', home=tmp_path)
+    words = trainbot("parse", "distilbert-spot", "epochs=2", "hp.run_name=two words", home=tmp_path)
+    whole = trainbot("parse", 'distilbert-spot epochs=2 hp.run_name="two words"', home=tmp_path)
     assert words.returncode == whole.returncode == 0, whole.stderr
     assert json.loads(words.stdout) == json.loads(whole.stdout)
-    assert json.loads(whole.stdout)["hyperparameters"]["note"] == "two words"
+    assert json.loads(whole.stdout)["hyperparameters"]["run_name"] == "two words"
 
 
 def test_plan_json_flag_may_come_before_the_text(tmp_path: Path) -> None:
@@ -75,3 +80,12 @@ def test_plan_json_flag_may_come_before_the_text(tmp_path: Path) -> None:
     after = trainbot("plan", "distilbert-spot", "--json", home=tmp_path)
     assert before.returncode == after.returncode == 0, before.stderr
     assert json.loads(before.stdout)["spec"] == json.loads(after.stdout)["spec"]
+
+
+def test_a_folder_listed_for_local_jobs_may_be_planned(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    (shared / "reviews").mkdir(parents=True)
+    args = ("plan", "distilbert-spot", f"train_data={shared}/reviews")
+    assert trainbot(*args, home=tmp_path / "home").returncode == 2
+    done = trainbot(*args, home=tmp_path / "home", TRAINBOT_LOCAL_DATA_DIRS=f"/nonexistent,{shared}")
+    assert done.returncode == 0, done.stderr

@@ -10,10 +10,19 @@ from jobs.clock import FakeClock
 from jobs.endpoints.options import DEFAULT_INSTANCE_TYPE, choose_framework, normalize_answer, parse_options
 from jobs.endpoints.port import EndpointStatus, Framework
 from jobs.endpoints.service import EndpointService
-from jobs.errors import BackendError, BadInput, InvalidState, NotFound, PermissionDenied
+from jobs.errors import (
+    BackendError,
+    BadInput,
+    BudgetExceeded,
+    InvalidState,
+    NotFound,
+    PermissionDenied,
+    SpecError,
+)
+from jobs.lifecycle.state import LineageStatus
 from jobs.planning import versions
 from jobs.planning.pricing import hourly_usd
-from jobs.records import Actor, LineageStatus
+from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Notification, Store
 from tests.support.endpoints import LAUNCHER, FakeEndpoints, completed_lineage
@@ -326,3 +335,27 @@ def test_a_second_service_on_the_same_database_sees_the_endpoint(service, backen
     other = EndpointService(store=store, backend=backend, settings=Settings(), clock=clock)
     assert other.get(name).status is EndpointStatus.IN_SERVICE
     assert other.poll_once().followed == 0  # nothing left to follow, so nothing announced twice
+
+
+def test_deploy_caps_are_checked_before_anything_is_created(store, backend, clock):
+    settings = Settings(trainbot_max_instances=2, trainbot_max_endpoint_usd_per_hour=5.0)
+    capped = EndpointService(store=store, backend=backend, settings=settings, clock=clock)
+    completed_lineage(store, "bert-1")
+    with pytest.raises(SpecError, match="TRAINBOT_MAX_INSTANCES"):
+        capped.deploy("bert-1", options={"instance_count": "3"}, actor=LAUNCHER)
+    with pytest.raises(BudgetExceeded, match=r"TRAINBOT_MAX_ENDPOINT_USD_PER_HOUR"):
+        capped.deploy("bert-1", options={"instance_type": "ml.p3.16xlarge"}, actor=LAUNCHER)
+    assert backend.of("deploy") == [] and capped.list(include_ended=True) == []
+    assert capped.deploy("bert-1", options={"instance_type": "ml.g5.xlarge"}, actor=LAUNCHER).name
+
+
+def test_endpoint_hours_count_toward_todays_spend(store, backend, clock, service):
+    from jobs.budget import SpendLedger
+    from jobs.endpoints.store import EndpointStore
+
+    live(service, backend, store)
+    ledger = SpendLedger(store, EndpointStore(store, clock=clock), daily_budget_usd=100.0)
+    before = ledger.spent_today(clock.now())
+    clock.advance(3600)
+    hourly = service.list()[0].hourly_usd()
+    assert hourly and ledger.spent_today(clock.now()) - before == pytest.approx(hourly)

@@ -84,7 +84,7 @@ HP_CASES: list[tuple[str, dict[str, Any]]] = [
     ("hp.label_smoothing_factor=0.1", {"label_smoothing_factor": 0.1}),
     ("hp.optim=adamw_torch", {"optim": "adamw_torch"}),
     ("hp.group_by_length=true", {"group_by_length": True}),
-    ("hp.Custom_Name2=7", {"Custom_Name2": 7}),
+    ("hp.dataloader_num_workers=2", {"dataloader_num_workers": 2}),
     ("hp.fp16=on", {"fp16": True}),
 ]
 
@@ -127,7 +127,7 @@ INVALID: list[tuple[str, str]] = [
     (f"{BASE} hp.2bad=1", "hp.NAME needs a NAME"),
     (f"{BASE} hp.bad-name=1", "hp.NAME needs a NAME"),
     (f"{BASE} hp.model_name_or_path=x", "set by trainbot; use model="),
-    (f"{BASE} hp.output_dir=/x", "set by trainbot"),
+    (f"{BASE} hp.output_dir=/x", "trainbot sets the job's output"),
     (f"{BASE} lr=fast", "learning_rate takes a number"),
     (f"{BASE} lr=nan", "learning_rate takes a number"),
     (f"{BASE} lr=1e999", "learning_rate takes a number"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import shutil
+import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,8 @@ from sqlalchemy import inspect, text
 
 from jobs.clock import FakeClock, SystemClock
 from jobs.endpoints.store import EndpointStore
-from jobs.records import AttemptStatus, LineageStatus
+from jobs.lifecycle import state as st
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.schedules.store import schedule_runs, scheduler_lease, schedules_table
 from jobs.store.migrate import head_revision, revisions, schema_drift, upgrade
 from jobs.store.migrations.__main__ import main as new_revision
@@ -72,8 +74,27 @@ def test_a_store_made_by_the_first_release_upgrades_in_place_with_nothing_lost(t
         assert conn.execute(scheduler_lease.select()).one().holder == "legacy-host:1"
         assert conn.execute(text("SELECT count(*) FROM apscheduler_jobs")).scalar_one() == 1
     # The new code writes to it as to a new store.
-    store.transition_attempt("spot-0001-2", [AttemptStatus.LAUNCHING], AttemptStatus.RUNNING)
+    assert store.get_lineage("spot-0001").launch_plan is None  # recorded before plans were kept
+    assert store.transition_attempt("spot-0001-2", st.ATTEMPT_CONFIRMED)
     assert store.migrate() == []
+    store.dispose()
+
+
+def test_a_store_that_ran_the_hand_written_launch_plan_step_keeps_its_plans(tmp_path: Path) -> None:
+    """main had added lineages.launch_plan as hand-written step 30 before Alembic: such a store has the
+    column already (made here exactly as that step made it) and keeps what is in it."""
+    path = tmp_path / "trainbot.db"
+    shutil.copy(LEGACY_DB, path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE lineages ADD COLUMN launch_plan JSON")
+        conn.execute("INSERT INTO schema_version VALUES (30, 'lineage launch plan', '2026-11-30 12:00:00.000000')")
+        conn.execute("""UPDATE lineages SET launch_plan = '{"estimator": {"instance_type": "ml.p3.2xlarge"}}'
+                        WHERE id = 'spot-0001'""")
+    store = Store(f"sqlite:///{path}", clock=SystemClock())
+    assert store.migrate() == revisions()
+    assert schema_drift(store.engine) == []
+    assert store.get_lineage("spot-0001").launch_plan == {"estimator": {"instance_type": "ml.p3.2xlarge"}}
+    assert store.get_lineage("nightly-0002").launch_plan is None
     store.dispose()
 
 

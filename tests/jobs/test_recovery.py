@@ -20,8 +20,9 @@ from jobs.lifecycle.recovery import (
     decide,
     remote_from_attempt,
 )
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.planning.grammar import parse_command
-from jobs.records import AttemptStatus, LineageStatus, RemoteJob, RemoteStatus
+from jobs.records import RemoteJob, RemoteStatus
 from jobs.settings import Settings
 from jobs.store.store import Attempt, Lineage
 

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from jobs.lifecycle import events
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.planning import pricing
 from jobs.planning.grammar import parse_command
-from jobs.records import AttemptStatus, LineageStatus, MetricPoint
+from jobs.records import MetricPoint
 from jobs.reporting.plots import plot_lineage, plot_series
 from jobs.reporting.reports import build_report, spot_savings
 from jobs.store.store import Attempt, Lineage

@@ -13,8 +13,10 @@ import pytest
 from bot.scheduler import ApsCronCalendar
 from jobs.clock import FakeClock
 from jobs.errors import InvalidState, NotFound, PermissionDenied, ScheduleError, SpecError
+from jobs.lifecycle import state as st
 from jobs.lifecycle.service import JobService
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.lifecycle.state import LineageStatus
+from jobs.records import Actor
 from jobs.schedules.service import ScheduleService, parse_add_text
 from jobs.settings import Settings
 from jobs.store.store import Lineage, Store
@@ -61,8 +63,9 @@ def finish(world: World, lineage: Lineage, metrics: dict[str, float],
            status: LineageStatus = LineageStatus.COMPLETED) -> Lineage:
     """What the watcher does when the backend says Completed."""
     attempt = lineage.attempts[-1]
-    world.store.transition_attempt(attempt.job_name, [AttemptStatus.RUNNING], AttemptStatus.COMPLETED, metrics=metrics)
-    assert world.store.transition_lineage(lineage.id, [LineageStatus.RUNNING], status)
+    world.store.transition_attempt(attempt.job_name, st.ATTEMPT_COMPLETED, metrics=metrics)
+    move = {LineageStatus.COMPLETED: st.COMPLETE, LineageStatus.FAILED: st.FAIL}[status]
+    assert world.store.transition_lineage(lineage.id, move)
     return world.store.get_lineage(lineage.id)
 
 

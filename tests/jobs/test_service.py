@@ -21,11 +21,12 @@ from jobs.errors import (
     TrainbotError,
 )
 from jobs.lifecycle.service import JobService, default_lineage_id
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.planning.grammar import parse_command
 from jobs.planning.plan import LINEAGE_PLACEHOLDER
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.records import Actor
 from jobs.settings import Settings
-from jobs.store.store import Lineage, Store
+from jobs.store.store import Store
 from tests.jobs.fakes import ScriptedBackend
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
@@ -250,113 +251,6 @@ def test_bad_text_launches_nothing(service: JobService, store: Store, backend: S
     with pytest.raises(SpecError):
         service.launch("bert-squad instance_count=999", actor=ALICE)
     assert backend.calls == [] and store.list_lineages() == []
-
-
-# -- relaunch -----------------------------------------------------------------------------------------------
-
-
-def capacity_lost(service: JobService, store: Store) -> Lineage:
-    """A launched spot lineage whose attempt 1 SageMaker stopped for capacity (the watcher's part, by hand)."""
-    lineage = service.launch(SPOT, actor=ALICE)
-    store.transition_attempt(
-        f"{lineage.id}-1",
-        [AttemptStatus.RUNNING],
-        AttemptStatus.STOPPED,
-        failure_reason="MaxWaitTimeExceeded",
-    )
-    store.transition_lineage(lineage.id, [LineageStatus.RUNNING], LineageStatus.RELAUNCHING)
-    return store.get_lineage(lineage.id)
-
-
-def test_relaunch_resumes_the_same_lineage_from_the_same_checkpoints(
-    service: JobService, store: Store, backend: ScriptedBackend
-) -> None:
-    lineage = capacity_lost(service, store)
-    attempt = service.relaunch(lineage, instance_type="ml.g5.xlarge", spot=False)
-    assert (attempt.job_name, attempt.number, attempt.status) == (f"{lineage.id}-2", 2, AttemptStatus.RUNNING)
-    assert (attempt.instance_type, attempt.spot) == ("ml.g5.xlarge", False)
-    first, second = (backend.plans[f"{lineage.id}-{n}"] for n in (1, 2))
-    assert (
-        second.estimator["checkpoint_s3_uri"]
-        == first.estimator["checkpoint_s3_uri"]
-        == lineage.checkpoint_uri
-    )
-    assert (
-        second.spec.instance_type == "ml.g5.xlarge" and not second.spec.spot and second.spec.max_wait is None
-    )
-    after = store.get_lineage(lineage.id)
-    assert after.status is LineageStatus.RUNNING and after.restarts == 1
-    assert after.spec == lineage.spec  # the lineage keeps what the person asked for
-    assert actions(store, lineage.id)[-1] == "relaunch"
-
-
-def test_relaunch_from_a_stale_snapshot_does_not_launch_twice(
-    service: JobService, store: Store, backend: ScriptedBackend
-) -> None:
-    lineage = capacity_lost(service, store)
-    first = service.relaunch(lineage, instance_type="ml.p3.2xlarge", spot=True)
-    again = service.relaunch(
-        lineage, instance_type="ml.p3.2xlarge", spot=True
-    )  # same snapshot: attempts (1,)
-    assert again.job_name == first.job_name
-    assert backend.created == [f"{lineage.id}-1", f"{lineage.id}-2"]
-
-
-def test_two_watchers_relaunching_at_once_launch_once(
-    service: JobService, store: Store, backend: ScriptedBackend
-) -> None:
-    lineage = capacity_lost(service, store)
-    barrier = threading.Barrier(2)
-    names: list[str] = []
-
-    def watcher() -> None:
-        barrier.wait()
-        names.append(service.relaunch(lineage, instance_type="ml.p3.2xlarge", spot=True).job_name)
-
-    threads = [threading.Thread(target=watcher) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-    assert names == [f"{lineage.id}-2"] * 2
-    assert backend.created.count(f"{lineage.id}-2") == 1
-    assert len(backend.calls_of("launch")) == 2  # attempt 1 and one attempt 2
-
-
-def test_relaunch_of_a_job_the_backend_already_has_counts_as_launched(
-    service: JobService, store: Store, backend: ScriptedBackend
-) -> None:
-    lineage = capacity_lost(service, store)
-    backend.launch(f"{lineage.id}-2", service.plan(SPOT))  # made by a process that crashed before recording
-    attempt = service.relaunch(lineage, instance_type="ml.p3.2xlarge", spot=True)
-    assert attempt.status is AttemptStatus.RUNNING
-    assert backend.created.count(f"{lineage.id}-2") == 1
-
-
-def test_a_refused_relaunch_leaves_the_decision_to_the_watcher(
-    service: JobService, store: Store, backend: ScriptedBackend
-) -> None:
-    lineage = capacity_lost(service, store)
-    backend.fail_launch(CapacityError("No capacity for ml.p3.2xlarge: try another instance type."))
-    with pytest.raises(CapacityError):
-        service.relaunch(lineage, instance_type="ml.p3.2xlarge", spot=True)
-    after = store.get_lineage(lineage.id)
-    assert after.status is LineageStatus.RELAUNCHING
-    assert after.attempts[-1].status is AttemptStatus.LAUNCH_FAILED
-    assert "No capacity" in after.attempts[-1].failure_reason
-    # The next try is attempt 3, decided on the fresh lineage.
-    assert service.relaunch(after, instance_type="ml.g5.xlarge", spot=True).number == 3
-
-
-def test_a_stopped_lineage_is_not_relaunched(
-    service: JobService, store: Store, backend: ScriptedBackend
-) -> None:
-    lineage = capacity_lost(service, store)
-    service.stop(lineage.id, actor=ALICE)
-    with pytest.raises(InvalidState, match="not relaunched"):
-        service.relaunch(lineage, instance_type="ml.p3.2xlarge", spot=True)
-    assert backend.created == [f"{lineage.id}-1"]
-    assert store.get_attempt(f"{lineage.id}-2").status is AttemptStatus.LAUNCH_FAILED
 
 
 # -- stop, get, list ----------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def fields(**overrides: Any) -> dict[str, Any]:
 
 
 def test_contract_json_fields_come_first_and_round_trip() -> None:
-    spec = spec_from_fields(fields(spot=True, hyperparameters={"epochs_note": "x"}))
+    spec = spec_from_fields(fields(spot=True, hyperparameters={"run_name": "x"}))
     data = spec.model_dump(mode="json")
     assert list(data)[: len(CONTRACT_FIELDS)] == CONTRACT_FIELDS
     assert JobSpec.model_validate(data) == spec
@@ -83,8 +83,8 @@ def test_model_parallel_defaults_from_the_roberta_preset() -> None:
 
 
 def test_hyperparameter_text_from_json_is_typed() -> None:
-    spec = spec_from_fields(fields(hyperparameters={"num_train_epochs": "2", "fp16": "yes", "other": "3"}))
-    assert spec.hyperparameters == {"num_train_epochs": 2, "fp16": True, "other": "3"}
+    spec = spec_from_fields(fields(hyperparameters={"num_train_epochs": "2", "fp16": "yes", "run_name": "3"}))
+    assert spec.hyperparameters == {"num_train_epochs": 2, "fp16": True, "run_name": "3"}
 
 
 VALID_RULES: list[dict[str, Any]] = [

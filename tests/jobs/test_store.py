@@ -13,9 +13,11 @@ from sqlalchemy import inspect
 
 from jobs.clock import FakeClock
 from jobs.errors import NotFound
+from jobs.lifecycle import state as st
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.planning.presets import preset_fields
 from jobs.planning.spec import JobSpec, spec_from_fields
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.records import Actor
 from jobs.store.migrate import head_revision, revisions, upgrade
 from jobs.store.store import DuplicateLineage, Store
 
@@ -127,13 +129,12 @@ def test_guarded_transitions_only_move_from_expected(store: Store, clock: FakeCl
     lid = new_lineage(store)
     job = store.add_attempt(lid, number=1, instance_type="ml.p3.2xlarge", spot=True)
     assert job is not None
-    assert store.transition_lineage(lid, [LineageStatus.PENDING], LineageStatus.RUNNING)
-    assert not store.transition_lineage(lid, [LineageStatus.PENDING], LineageStatus.FAILED)
+    assert store.transition_lineage(lid, st.CONFIRM_LAUNCH)
+    assert not store.transition_lineage(lid, st.CONFIRM_LAUNCH)  # no longer PENDING
     clock.advance(60)
     assert store.transition_lineage(
         lid,
-        [LineageStatus.RUNNING],
-        LineageStatus.RELAUNCHING,
+        st.SCHEDULE_RELAUNCH,
         restarts=1,
         next_relaunch_at=clock.now(),
         next_instance_type="ml.g5.xlarge",
@@ -148,23 +149,22 @@ def test_guarded_transitions_only_move_from_expected(store: Store, clock: FakeCl
     )
     assert lineage.updated_at == clock.now()
 
-    assert store.transition_attempt(job.job_name, [AttemptStatus.LAUNCHING], AttemptStatus.RUNNING)
-    assert not store.transition_attempt(job.job_name, [AttemptStatus.LAUNCHING], AttemptStatus.RUNNING)
+    assert store.transition_attempt(job.job_name, st.ATTEMPT_CONFIRMED)
+    assert not store.transition_attempt(job.job_name, st.ATTEMPT_CONFIRMED)
     assert store.get_attempt(job.job_name).ended_at is None
     clock.advance(30)
     assert store.transition_attempt(
         job.job_name,
-        [AttemptStatus.RUNNING],
-        AttemptStatus.FAILED,
+        st.ATTEMPT_FAILED,
         failure_reason="CapacityError: no spot capacity",
     )
     ended = store.get_attempt(job.job_name)
     assert ended.status is AttemptStatus.FAILED and ended.ended_at == clock.now()
     assert ended.failure_reason == "CapacityError: no spot capacity"
     with pytest.raises(TypeError):
-        store.transition_lineage(lid, [LineageStatus.RELAUNCHING], LineageStatus.RUNNING, status="x")
+        store.transition_lineage(lid, st.FINISH_RELAUNCH, status="x")
     with pytest.raises(TypeError):
-        store.transition_attempt(job.job_name, [AttemptStatus.FAILED], AttemptStatus.RUNNING, colour="red")
+        store.transition_attempt(job.job_name, st.ATTEMPT_FAILED, colour="red")
 
 
 def test_update_attempt_mirrors_remote_fields_without_status(store: Store) -> None:
@@ -199,9 +199,9 @@ def test_active_attempts_and_lists(store: Store, clock: FakeClock) -> None:
         lid = new_lineage(store, f"job-{i}", schedule="nightly" if i == 1 else None)
         store.add_attempt(lid, number=1, instance_type="ml.p3.2xlarge", spot=True)
         clock.advance(1)
-    store.transition_attempt("job-0-1", [AttemptStatus.LAUNCHING], AttemptStatus.LAUNCH_FAILED)
-    store.transition_lineage("job-0", [LineageStatus.PENDING], LineageStatus.FAILED)
-    store.transition_attempt("job-1-1", [AttemptStatus.LAUNCHING], AttemptStatus.RUNNING)
+    store.transition_attempt("job-0-1", st.ATTEMPT_NOT_LAUNCHED)
+    store.transition_lineage("job-0", st.FAIL)
+    store.transition_attempt("job-1-1", st.ATTEMPT_CONFIRMED)
     assert [a.job_name for a in store.active_attempts()] == ["job-1-1", "job-2-1"]
     assert [lin.id for lin in store.list_lineages()] == ["job-2", "job-1", "job-0"]
     assert [lin.id for lin in store.list_lineages(active_only=True)] == ["job-2", "job-1"]
@@ -219,18 +219,14 @@ def test_set_message(store: Store) -> None:
         store.set_message("nope", "C", "1")
 
 
-def test_estimated_spend_counts_today_and_skips_refused_launches(store: Store, clock: FakeClock) -> None:
-    day = datetime(2026, 3, 1, tzinfo=timezone.utc)
-    new_lineage(store, "yesterday")  # created at noon on the 1st
+def test_attempts_created_since_come_with_their_lineage_spec(store: Store, clock: FakeClock) -> None:
+    new_lineage(store, "old")
+    store.add_attempt("old", number=1, instance_type="ml.p3.2xlarge", spot=True)
     clock.advance(86400)
-    for lid in ("ran", "refused", "pending"):
-        new_lineage(store, lid)
-    store.add_attempt("ran", number=1, instance_type="ml.p3.2xlarge", spot=True)
-    store.add_attempt("refused", number=1, instance_type="ml.p3.2xlarge", spot=True)
-    store.transition_attempt("refused-1", [AttemptStatus.LAUNCHING], AttemptStatus.LAUNCH_FAILED)
-    store.transition_lineage("refused", [LineageStatus.PENDING], LineageStatus.FAILED)
-    assert store.estimated_spend_since(day + timedelta(days=1)) == pytest.approx(7.0)
-    assert store.estimated_spend_since(day) == pytest.approx(10.5)
+    since = clock.now()
+    store.add_attempt("old", number=2, instance_type="ml.g5.xlarge", spot=True)
+    found = store.attempts_created_since(since)
+    assert [(a.job_name, spec.instance_count) for a, spec in found] == [("old-2", 1)]
 
 
 # -- audit, outbox, meta -------------------------------------------------------------------------------
@@ -320,4 +316,4 @@ def test_in_memory_url_works_for_quick_tools(clock: FakeClock) -> None:
 
 def test_naive_datetimes_are_refused(store: Store) -> None:
     with pytest.raises(Exception, match="aware"):
-        store.estimated_spend_since(datetime(2026, 1, 1))
+        store.attempts_created_since(datetime(2026, 1, 1))

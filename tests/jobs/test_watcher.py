@@ -6,7 +6,6 @@ database always ends with exactly one new attempt and one announcement.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -18,11 +17,13 @@ import pytest
 from jobs.clock import FakeClock
 from jobs.errors import BackendError, BackendUnavailable, CapacityError, InvalidState
 from jobs.lifecycle import events
+from jobs.lifecycle import state as st
 from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.lifecycle.watcher import Watcher, cursor_key
 from jobs.planning import pricing
 from jobs.planning.grammar import parse_command
-from jobs.records import Actor, AttemptStatus, LineageStatus, MetricPoint, RemoteStatus
+from jobs.records import Actor, MetricPoint, RemoteStatus
 from jobs.settings import Settings
 from jobs.store.store import Lineage, Store
 from tests.jobs.fakes import ScriptedBackend
@@ -101,7 +102,7 @@ class World:
         """A new process: a new store connection, service and watcher on the same database."""
         self.store = store or Store(self.url, clock=self.clock)
         self.service = make_service(self.store, self.backend, self.clock, self.settings)
-        self.watcher = Watcher(self.store, self.backend, self.service, self.clock, self.settings)
+        self.watcher = Watcher(self.store, self.backend, self.clock, self.settings)
         return self.watcher
 
 
@@ -133,7 +134,7 @@ def make_world(tmp_path: Path, *, backoff: float = 30, store_factory: Callable[.
     backend = FlakyBackend(clock=clock)
     settings = Settings(trainbot_bucket="bkt", trainbot_home=tmp_path, trainbot_relaunch_backoff_seconds=backoff)
     service = make_service(store, backend, clock, settings)
-    watcher = Watcher(store, backend, service, clock, settings)
+    watcher = Watcher(store, backend, clock, settings)
     return World(clock, store, backend, service, watcher, settings, url)
 
 
@@ -383,7 +384,7 @@ def test_a_launch_that_went_through_unrecorded_is_adopted(world: World) -> None:
 
 
 def _relaunch_started(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    return bool(args) and args[2] is LineageStatus.RELAUNCHING
+    return bool(args) and args[1].target is LineageStatus.RELAUNCHING
 
 
 def _second_attempt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -391,11 +392,11 @@ def _second_attempt(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 
 
 def _attempt_2_running(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    return args[0].endswith("-2") and args[2] is AttemptStatus.RUNNING
+    return args[0].endswith("-2") and args[1].target is AttemptStatus.RUNNING
 
 
 def _lineage_running(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    return args[2] is LineageStatus.RUNNING
+    return args[1].target is LineageStatus.RUNNING
 
 
 def _relaunched_note(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -414,7 +415,7 @@ CRASH_POINTS = {
 
 
 def args_end(args: tuple[Any, ...]) -> bool:
-    return bool(args) and args[0].endswith("-1") and args[2] is AttemptStatus.STOPPED
+    return bool(args) and args[0].endswith("-1") and args[1].target is AttemptStatus.STOPPED
 
 
 @pytest.mark.parametrize("point", list(CRASH_POINTS))
@@ -443,26 +444,11 @@ def test_a_crash_at_any_step_of_a_relaunch_gives_exactly_one_new_attempt(tmp_pat
 # -- the loop ---------------------------------------------------------------------------------------------
 
 
-def test_run_forever_cycles_until_stopped(tmp_path: Path) -> None:
-    world = make_world(tmp_path)
-    settings = Settings(trainbot_bucket="bkt", trainbot_home=tmp_path, trainbot_poll_seconds=0.01)
-    watcher = Watcher(world.store, world.backend, world.service, world.clock, settings)
-    stop = threading.Event()
-    thread = threading.Thread(target=watcher.run_forever, args=(stop,))
-    thread.start()
-    while len(world.backend.calls_of("list_changed")) < 3:
-        stop.wait(0.01)
-    stop.set()
-    thread.join(timeout=5)
-    assert not thread.is_alive()
-
-
 def test_a_second_watcher_during_a_slow_relaunch_leaves_it_alone(at_once: World) -> None:
     world = at_once
     lineage = world.launch()
     world.watcher.poll_once()
-    other = Watcher(Store(world.url, clock=world.clock), world.backend,
-                    make_service(world.store, world.backend, world.clock, world.settings), world.clock, world.settings)
+    other = Watcher(Store(world.url, clock=world.clock), world.backend, world.clock, world.settings)
     seen: list[list[str]] = []
 
     def race(job: str) -> None:
@@ -522,7 +508,7 @@ def test_jobs_of_another_backend_sharing_the_store_are_left_alone(world: World) 
         checkpoint_uri="s3://b/trainbot/elsewhere-1a2b3c4d/checkpoints", actor=ALICE, estimated_usd=1.0,
     )
     world.store.add_attempt(other.id, number=1, instance_type=spec.instance_type, spot=True)
-    world.store.transition_lineage(other.id, [LineageStatus.PENDING], LineageStatus.RUNNING)
+    world.store.transition_lineage(other.id, st.CONFIRM_LAUNCH)
     mine = world.launch()
     for _ in range(3):
         cycle = world.watcher.poll_once()

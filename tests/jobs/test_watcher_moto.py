@@ -19,8 +19,9 @@ import pytest
 from jobs.clock import FakeClock
 from jobs.lifecycle import events
 from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.lifecycle.watcher import Watcher
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
@@ -67,7 +68,7 @@ def rig(moto_aws: MotoAws, tmp_path: Path) -> Rig:  # noqa: F811  (the imported 
                         trainbot_home=tmp_path, trainbot_relaunch_backoff_seconds=0)
     service = JobService(store=store, backend=backend, settings=settings, clock=clock,
                          new_lineage_id=lambda spec: f"wm{next(_IDS):03d}-{datetime.now():%H%M%S}")
-    watcher = Watcher(store, backend, service, clock, settings)
+    watcher = Watcher(store, backend, clock, settings)
     return Rig(moto_aws, store, service, watcher, created, clock)
 
 
@@ -125,14 +126,17 @@ def test_completed_job_gets_its_report_and_curves_from_cloudwatch(rig: Rig) -> N
     set_training_job_state(job, "InProgress", "Training")
     rig.cycle()
     _metrics(rig.aws, job, {"loss": [0.9, 0.6, 0.4], "eval_accuracy": [0.7, 0.85]})
+    artifacts = f"s3://{rig.aws.bucket}/trainbot/{lineage.id}/output/{job}/output/model.tar.gz"
     set_training_job_state(job, "Completed", billable_seconds=300, training_seconds=1000,
-                           final_metrics={"eval_accuracy": 0.85, "eval_loss": 0.41})
+                           final_metrics={"eval_accuracy": 0.85, "eval_loss": 0.41}, model_artifacts=artifacts)
     cycle = rig.cycle()
     assert rig.store.get_lineage(lineage.id).status is LineageStatus.COMPLETED
     [done] = rig.notes(events.COMPLETED)
     assert done["report"]["spot_savings"] == "70%"
     assert done["report"]["headline"] == {"accuracy": 0.85}
     assert done["report"]["links"]["job"].endswith(f"#/jobs/{job}")
+    # The model link is where DescribeTrainingJob says the model is, under the lineage's output prefix.
+    assert done["report"]["links"]["model"].endswith(f"&prefix=trainbot/{lineage.id}/output/{job}/output/")
     assert done["png_path"] and Path(done["png_path"]).read_bytes()[:4] == b"\x89PNG"
     assert cycle.api_calls <= 6  # list, describe, and the metrics for the plot
     assert rig.cycle().actions == []
@@ -161,3 +165,26 @@ def _metrics(aws: MotoAws, job: str, series: dict[str, list[float]]) -> None:
             for i, value in enumerate(values)
         ]
         cloudwatch.put_metric_data(Namespace="/aws/sagemaker/TrainingJobs", MetricData=data)
+
+
+def test_a_bucket_changed_between_attempts_resumes_from_the_approved_checkpoints(
+    rig: Rig, moto_aws: MotoAws, tmp_path: Path  # noqa: F811
+) -> None:
+    lineage = rig.service.launch("distilbert-spot", actor=ALICE)
+    first = f"{lineage.id}-1"
+    set_training_job_state(first, "InProgress", "Training")
+    rig.cycle()
+    # The operator moves the bot to another bucket; a new process starts with it.
+    moto_aws.boto_session().client("s3").create_bucket(Bucket="trainbot-moved")
+    settings = Settings(trainbot_bucket="trainbot-moved", trainbot_role_arn=moto_aws.role_arn,
+                        trainbot_home=tmp_path, trainbot_relaunch_backoff_seconds=0)
+    backend = sagemaker_backend(moto_aws, moto_aws.boto_session(recorders=[rig.created]), bucket="trainbot-moved")
+    rig.watcher = Watcher(rig.store, backend, rig.clock, settings)
+    set_training_job_state(first, "Stopped", "MaxWaitTimeExceeded", billable_seconds=120, training_seconds=600)
+    rig.cycle()
+    sent = rig.created.by_name(f"{lineage.id}-2")
+    approved = rig.created.by_name(first)
+    assert sent["CheckpointConfig"] == approved["CheckpointConfig"]
+    assert sent["OutputDataConfig"] == approved["OutputDataConfig"]
+    [note] = rig.notes(events.RELAUNCHED)
+    assert note["checkpoint_uri"] == sent["CheckpointConfig"]["S3Uri"] == lineage.checkpoint_uri

@@ -21,16 +21,9 @@ from jobs.clock import SystemClock
 from jobs.errors import NotFound
 from jobs.lifecycle import events
 from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.lifecycle.watcher import Watcher
-from jobs.records import (
-    Actor,
-    AttemptStatus,
-    JobSummary,
-    LineageStatus,
-    MetricSeries,
-    RemoteJob,
-    RemoteStatus,
-)
+from jobs.records import Actor, JobSummary, MetricSeries, RemoteJob, RemoteStatus
 from jobs.settings import Settings
 from jobs.store.store import Store
 
@@ -94,7 +87,7 @@ class FileBackend:
     def metric_series(self, job_name: str) -> MetricSeries:
         return {}
 
-    def console_links(self, job_name: str) -> dict[str, str]:
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         return {}
 
     def scaling_note(self, plan: Any) -> str | None:
@@ -114,8 +107,7 @@ def _watch(url: str, state: Path, home: Path, barrier: Any, results: Any) -> Non
     clock = SystemClock()
     store = Store(url, clock=clock)
     backend = FileBackend(state, launch_seconds=0.05)
-    service = JobService(store=store, backend=backend, settings=_settings(home), clock=clock)
-    watcher = Watcher(store, backend, service, clock, _settings(home))
+    watcher = Watcher(store, backend, clock, _settings(home))
     barrier.wait()
     actions: list[str] = []
     errors: list[str] = []

@@ -8,8 +8,10 @@ from typing import Any
 
 from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint
 from jobs.errors import NotFound
+from jobs.lifecycle import state as st
+from jobs.lifecycle.state import LineageStatus
 from jobs.planning.grammar import parse_command
-from jobs.records import Actor, AttemptStatus, LineageStatus
+from jobs.records import Actor
 from jobs.store.store import Lineage, Store
 
 LAUNCHER = Actor("U_ALICE", channel_id="C_ML", via="slack")
@@ -37,13 +39,14 @@ def completed_lineage(
     )
     job = f"{lineage_id}-1"
     store.add_attempt(lineage_id, number=1, instance_type=spec.instance_type, spot=spec.spot)
-    store.transition_attempt(job, [AttemptStatus.LAUNCHING], AttemptStatus.RUNNING)
+    store.transition_attempt(job, st.ATTEMPT_CONFIRMED)
     artifacts = model_artifacts or f"s3://bkt/{job}/output/model.tar.gz"
     if status is LineageStatus.COMPLETED:
         store.transition_attempt(
-            job, [AttemptStatus.RUNNING], AttemptStatus.COMPLETED, model_artifacts=artifacts
+            job, st.ATTEMPT_COMPLETED, model_artifacts=artifacts
         )
-    store.transition_lineage(lineage_id, [LineageStatus.PENDING], status)
+    moves = {m.target: m for m in st.LINEAGE_MOVES if LineageStatus.PENDING in m.sources}
+    store.transition_lineage(lineage_id, moves[status])
     return store.get_lineage(lineage_id)
 
 

@@ -3,6 +3,7 @@ as SageMaker does (`python train_qa.py ...` with training/ as the working direct
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -17,6 +18,10 @@ TRAINING_DIR = Path(__file__).resolve().parents[2] / "training"
 if str(TRAINING_DIR) not in sys.path:  # the scripts import their siblings as top-level modules
     sys.path.insert(0, str(TRAINING_DIR))
 
+#: The second virtual environment with the oldest transformers the launcher targets (the containers').
+VENV_TF4 = TRAINING_DIR.parent / ".venv-tf4"
+PACKAGES_TF4 = ["torch==2.13.0", "transformers==4.28.1", "numpy<2", "accelerate<1", "safetensors"]
+
 #: Small, fast settings shared by the runs (tiny BERT, short sequences).
 QA_FAST = ["--max_seq_length", "96", "--doc_stride", "32", "--per_device_train_batch_size", "16"]
 CLS_FAST = ["--max_seq_length", "64", "--per_device_train_batch_size", "32"]
@@ -25,6 +30,21 @@ CLS_FAST = ["--max_seq_length", "64", "--per_device_train_batch_size", "32"]
 @pytest.fixture(scope="session")
 def assets(tmp_path_factory: pytest.TempPathFactory) -> LocalAssets:
     return ensure_local_assets(tmp_path_factory.mktemp("trainbot-home"))
+
+
+@pytest.fixture(scope="session")
+def python4() -> Path:
+    """The interpreter of `.venv-tf4` (transformers 4.28.1), made once and kept."""
+    python = VENV_TF4 / "bin" / "python"
+    ready = VENV_TF4 / "trainbot-ready.json"
+    if not ready.exists() or json.loads(ready.read_text()) != PACKAGES_TF4:
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV_TF4)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *PACKAGES_TF4], check=True, timeout=900)
+        ready.write_text(json.dumps(PACKAGES_TF4))
+    version = subprocess.run([str(python), "-c", "import transformers; print(transformers.__version__)"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert version == "4.28.1"
+    return python
 
 
 def script_env(train: Path | None, test: Path | None, **extra: str) -> dict[str, str]:

@@ -1,19 +1,17 @@
 """The training scripts on the oldest transformers the launcher targets: 4.28.1, the version of the
 smdistributed data-parallel containers. The rest of the suite runs them on transformers 5.
 
-A second virtual environment (`.venv-tf4`, made once and kept, ignored by git) holds transformers 4.28.1
-beside the same CPU torch; the tiny model is built there too, since a tokenizer saved by transformers 5
+A second virtual environment (`.venv-tf4`, made once and kept, ignored by git; the `python4` fixture of
+conftest.py) holds transformers 4.28.1 beside the same CPU torch; the tiny model is built there too, since a tokenizer saved by transformers 5
 names a class 4.28 does not have. Resuming is not run here: under torch >= 2.6 (all this machine has)
 4.28's Trainer cannot read its own RNG state file; the containers' PyTorch 2.0 can.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,22 +20,6 @@ import pytest
 from tests.training.conftest import TRAINING_DIR, script_env
 
 ROOT = TRAINING_DIR.parent
-VENV = ROOT / ".venv-tf4"
-PACKAGES = ["torch==2.13.0", "transformers==4.28.1", "numpy<2", "accelerate<1", "safetensors"]
-
-
-@pytest.fixture(scope="module")
-def python4() -> Path:
-    python = VENV / "bin" / "python"
-    ready = VENV / "trainbot-ready.json"
-    if not ready.exists() or json.loads(ready.read_text()) != PACKAGES:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *PACKAGES], check=True, timeout=900)
-        ready.write_text(json.dumps(PACKAGES))
-    version = subprocess.run([str(python), "-c", "import transformers; print(transformers.__version__)"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    assert version == "4.28.1"
-    return python
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,117 @@
+"""A lineage's and an attempt's statuses, the table of the moves between them, and one named move per edge.
+
+A *lineage* is what a person launched (one `/train`); an *attempt* is one backend job of it. Every change of
+status is one of the named moves below, and the store carries it out as a guarded update
+(``UPDATE ... WHERE status IN (sources)``): two processes acting on the same snapshot never both move, and
+the loser learns it from the return value. The store refuses any edge that is not in the tables, so a new
+path through the life of a job has to be added here, where it can be seen (and tested) with all the others.
+
+    PENDING ──confirm──▶ RUNNING ──schedule relaunch──▶ RELAUNCHING ──relaunched──▶ RUNNING
+       │                   │  ▲                             │  └─(refused, decided again)─┘
+       └──── complete / fail / stop / give up ─────────────┴──▶ COMPLETED | FAILED | STOPPED | GAVE_UP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Generic, TypeVar
+
+
+class LineageStatus(str, Enum):
+    PENDING = "pending"  # recorded; the first attempt's launch is not confirmed yet
+    RUNNING = "running"  # an attempt is on the backend (starting, training or interrupted)
+    RELAUNCHING = "relaunching"  # capacity took the last attempt; a new one is due after the backoff
+    COMPLETED = "completed"  # an attempt finished training; the model is saved
+    FAILED = "failed"  # the user's code failed or the launch was refused; not retried
+    STOPPED = "stopped"  # a person stopped it
+    GAVE_UP = "gave_up"  # past the restart cap, the fallback list or the money cap; or the bot could not go on
+
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL_LINEAGE
+
+
+_TERMINAL_LINEAGE = {
+    LineageStatus.COMPLETED,
+    LineageStatus.FAILED,
+    LineageStatus.STOPPED,
+    LineageStatus.GAVE_UP,
+}
+
+
+class AttemptStatus(str, Enum):
+    LAUNCHING = "launching"  # recorded before the backend call; outcome not known yet
+    RUNNING = "running"  # the backend has the job (InProgress or Stopping)
+    COMPLETED = "completed"  # the backend says Completed
+    FAILED = "failed"  # the backend says Failed (any reason; see failure_reason)
+    STOPPED = "stopped"  # the backend says Stopped (by a person or MaxWaitTimeExceeded)
+    LAUNCH_FAILED = "launch_failed"  # the create call was refused or raised, or never arrived: no such job
+
+    def is_terminal(self) -> bool:
+        return self not in (AttemptStatus.LAUNCHING, AttemptStatus.RUNNING)
+
+
+S = TypeVar("S", LineageStatus, AttemptStatus)
+
+
+@dataclass(frozen=True)
+class Move(Generic[S]):
+    """One named edge (or bundle of edges into one status): from any of ``sources`` to ``target``."""
+
+    name: str
+    sources: tuple[S, ...]
+    target: S
+
+
+L = LineageStatus
+_LIVE = (L.PENDING, L.RUNNING, L.RELAUNCHING)
+
+# -- lineage moves ----------------------------------------------------------------------------------
+CONFIRM_LAUNCH = Move("launch confirmed", (L.PENDING,), L.RUNNING)
+SCHEDULE_RELAUNCH = Move("relaunch scheduled", (L.PENDING, L.RUNNING), L.RELAUNCHING)
+# A relaunch whose create call was refused is decided again: it may be due once more, later.
+RESCHEDULE_RELAUNCH = Move("relaunch rescheduled", (L.RELAUNCHING,), L.RELAUNCHING)
+FINISH_RELAUNCH = Move("relaunched", (L.RELAUNCHING,), L.RUNNING)
+COMPLETE = Move("completed", (L.PENDING, L.RUNNING), L.COMPLETED)
+FAIL = Move("failed", _LIVE, L.FAILED)
+STOP = Move("stopped", _LIVE, L.STOPPED)
+GIVE_UP = Move("gave up", _LIVE, L.GAVE_UP)
+
+LINEAGE_MOVES: tuple[Move[LineageStatus], ...] = (
+    CONFIRM_LAUNCH, SCHEDULE_RELAUNCH, RESCHEDULE_RELAUNCH, FINISH_RELAUNCH, COMPLETE, FAIL, STOP, GIVE_UP,
+)
+
+A = AttemptStatus
+_ACTIVE = (A.LAUNCHING, A.RUNNING)
+
+# -- attempt moves ----------------------------------------------------------------------------------
+ATTEMPT_CONFIRMED = Move("attempt confirmed", (A.LAUNCHING,), A.RUNNING)
+ATTEMPT_NOT_LAUNCHED = Move("attempt not launched", (A.LAUNCHING,), A.LAUNCH_FAILED)
+# The backend's ending is mirrored from LAUNCHING too: a job may end before its launch was confirmed.
+ATTEMPT_COMPLETED = Move("attempt completed", _ACTIVE, A.COMPLETED)
+ATTEMPT_FAILED = Move("attempt failed", _ACTIVE, A.FAILED)
+ATTEMPT_STOPPED = Move("attempt stopped", _ACTIVE, A.STOPPED)
+
+ATTEMPT_MOVES: tuple[Move[AttemptStatus], ...] = (
+    ATTEMPT_CONFIRMED, ATTEMPT_NOT_LAUNCHED, ATTEMPT_COMPLETED, ATTEMPT_FAILED, ATTEMPT_STOPPED,
+)
+
+
+def _edges(moves: tuple[Move[S], ...]) -> frozenset[tuple[S, S]]:
+    return frozenset((source, move.target) for move in moves for source in move.sources)
+
+
+#: Every allowed (from, to) pair; anything else is refused by the store.
+LINEAGE_EDGES: frozenset[tuple[LineageStatus, LineageStatus]] = _edges(LINEAGE_MOVES)
+ATTEMPT_EDGES: frozenset[tuple[AttemptStatus, AttemptStatus]] = _edges(ATTEMPT_MOVES)
+
+#: An attempt's ending as the backend reports it ("Completed", "Failed", "Stopped") -> its move.
+ATTEMPT_ENDING = {"Completed": ATTEMPT_COMPLETED, "Failed": ATTEMPT_FAILED, "Stopped": ATTEMPT_STOPPED}
+
+
+def check_edges(edges: frozenset[tuple[S, S]], sources: tuple[S, ...], target: S) -> None:
+    """A move the table does not allow is a programming error, never a silent no-op."""
+    illegal = [source for source in sources if (source, target) not in edges]
+    if illegal:
+        names = ", ".join(s.value for s in illegal)
+        raise ValueError(f"no move from {names} to {target.value} in the lifecycle's table")
