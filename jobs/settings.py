@@ -52,6 +52,9 @@ class Settings(BaseSettings):
     trainbot_endpoint_idle_hours: float = Field(default=24, gt=0)
     # A schedule missed while the bot was down still runs (once) if the bot is back within this.
     trainbot_schedule_grace_seconds: float = Field(default=3600, ge=0)
+    # Several bots on one store: one of them runs the schedules under a lease it renews; if it dies, another
+    # takes over this long after its last renewal.
+    trainbot_scheduler_lease_seconds: float = Field(default=60, gt=0)
     # Local jobs train the tiny offline model unless hub models are asked for (and the hub is reachable).
     trainbot_local_hub: bool = False
     hf_hub_offline: bool = False
