@@ -232,7 +232,11 @@ def _cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     if args.once:
         print(runtime.watch_cycle())
         return 0
-    print(f"watching every {settings.trainbot_poll_seconds:g} s; Ctrl-C to stop", file=sys.stderr)
+    if runtime.events is not None:
+        print(f"acting on job changes as EventBridge pushes them; a full poll every {settings.watch_seconds:g} s; "
+              "Ctrl-C to stop", file=sys.stderr)
+    else:
+        print(f"watching every {settings.trainbot_poll_seconds:g} s; Ctrl-C to stop", file=sys.stderr)
     runtime.run_watcher_until_signalled()
     return 0
 

@@ -165,8 +165,9 @@ class Runtime:
         returns the seconds until the next one falls due."""
         now, due, waits = self.clock.now(), [], []
         try:
-            for lineage in self.store.list_lineages(active_only=True, limit=100_000, backend=self.backend.name):
-                if lineage.status is not LineageStatus.RELAUNCHING or lineage.latest_attempt is None:
+            for lineage in self.store.list_lineages(limit=100_000, backend=self.backend.name,
+                                                    status=LineageStatus.RELAUNCHING):
+                if lineage.latest_attempt is None:
                     continue
                 if lineage.next_relaunch_at is None or lineage.next_relaunch_at <= now:
                     due.append(lineage.latest_attempt.job_name)

@@ -138,26 +138,28 @@ class Watcher:
         return cycle
 
     def check_now(self, job_names: list[str]) -> CycleResult:
-        """Look at these jobs now (an event said they changed): describe each one still tracked, then mirror
-        and settle it as `poll_once` does; and settle the lineages of the named jobs from the store (a due
-        relaunch). Names not tracked, or already ended in the store, cost no API call."""
+        """Look at these jobs now (an event said they changed): describe each one the store tracks as
+        launching or running and mirror it as `poll_once` does (an ending is settled at once); the lineage
+        of a named job that already ended is settled from the store (a relaunch that fell due). Names that
+        are not ours cost no API call."""
         cycle = CycleResult()
         self._backend.calls = 0
-        wanted = set(job_names)
-        for attempt in self._store.active_attempts(backend=self._backend.name):
-            if attempt.job_name in wanted:
-                self._guard(cycle, attempt.job_name, lambda a=attempt: self._check(a, None, cycle))
-        for name in wanted:
-            self._guard(cycle, name, lambda n=name: self._settle_owner(n, cycle))
+        for name in dict.fromkeys(job_names):
+            self._guard(cycle, name, lambda n=name: self._check_named(n, cycle))
         cycle.api_calls += self._backend.calls
         return cycle
 
-    def _settle_owner(self, job_name: str, cycle: CycleResult) -> None:
+    def _check_named(self, job_name: str, cycle: CycleResult) -> None:
         try:
             lineage = self._store.find(job_name)
         except NotFound:
             return  # not one of ours
-        if lineage.backend == self._backend.name and not lineage.status.is_terminal():
+        attempt = next((a for a in lineage.attempts if a.job_name == job_name), None)
+        if lineage.backend != self._backend.name or attempt is None:
+            return
+        if attempt.status in (AttemptStatus.LAUNCHING, AttemptStatus.RUNNING):
+            self._check(attempt, None, cycle)
+        elif not lineage.status.is_terminal():
             self._controller.settle(lineage, cycle)
 
     def _guard(self, cycle: CycleResult, what: str, step: Any) -> None:

@@ -151,7 +151,7 @@ class Store:
 
     def list_lineages(
         self, *, active_only: bool = False, limit: int = 50, schedule: str | None = None,
-        backend: str | None = None,
+        backend: str | None = None, status: LineageStatus | None = None,
     ) -> list[Lineage]:
         """Newest first."""
         query = (
@@ -163,6 +163,8 @@ class Store:
             query = query.where(t_lineages.c.schedule == schedule)
         if backend is not None:
             query = query.where(t_lineages.c.backend == backend)
+        if status is not None:
+            query = query.where(t_lineages.c.status == status.value)
         with self._read() as conn:
             rows = conn.execute(query).all()
             by_lineage = self._attempts_of(conn, [r.id for r in rows])

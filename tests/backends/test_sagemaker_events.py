@@ -82,3 +82,35 @@ def test_a_queue_name_that_does_not_exist_is_one_sentence(moto_aws: MotoAws) -> 
     queue = EventQueue(moto_aws.boto_session(), "no-such-queue", region=moto_aws.region)
     with pytest.raises(ConfigError, match="trainbot events setup"):
         queue.receive(wait_seconds=0)
+
+
+def test_iam_policy_allows_every_call_of_setup_and_the_queue(moto_aws: MotoAws) -> None:
+    """Each request `events setup` and the bot's queue send is allowed by iam-policy.json, on a resource its
+    statement covers (the queue and the rule are named trainbot-*)."""
+    sent: list[str] = []
+    session = moto_aws.boto_session()
+    session.events.register("before-send", lambda event_name="", **_: sent.append(event_name))
+    setup_events(session, region=moto_aws.region)
+    queue = EventQueue(session, DEFAULT_QUEUE, region=moto_aws.region)
+    put_events(moto_aws, training_change("iam-check-1"))
+    queue.delete([n.receipt for n in queue.receive(wait_seconds=2)])
+
+    policy = json.loads((ROOT / "iam-policy.json").read_text())
+    allowed = {action: statement["Resource"] for statement in policy["Statement"]
+               for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])}
+    # IAM names the batch delete by the single one; the rest are the operation names.
+    needed = {_iam_action(name) for name in sent}
+    assert needed == {"sqs:CreateQueue", "sqs:GetQueueAttributes", "sqs:SetQueueAttributes", "sqs:GetQueueUrl",
+                      "sqs:ReceiveMessage", "sqs:DeleteMessage", "events:PutRule", "events:PutTargets"}
+    for action in needed:
+        assert action in allowed, f"iam-policy.json does not allow {action}"
+        service = action.split(":")[0]
+        assert allowed[action] == ("arn:aws:sqs:*:*:trainbot-*" if service == "sqs" else
+                                   "arn:aws:events:*:*:rule/trainbot-*")
+    assert RULE_NAME.startswith("trainbot-") and DEFAULT_QUEUE.startswith("trainbot-")
+
+
+def _iam_action(event_name: str) -> str:
+    _, service, operation = event_name.split(".")  # before-send.<service>.<Operation>
+    operation = {"DeleteMessageBatch": "DeleteMessage"}.get(operation, operation)
+    return f"{'events' if service == 'eventbridge' else service}:{operation}"

@@ -35,7 +35,7 @@ from tests.support.moto_server import (  # noqa: F401  (fixtures)
     sagemaker_backend,
     set_training_job_state,
 )
-from tests.support.sagemaker_events import put_events, queue_counts, training_change
+from tests.support.sagemaker_events import endpoint_change, put_events, queue_counts, training_change
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 _IDS = itertools.count(1)
@@ -196,6 +196,24 @@ def test_a_relaunch_with_backoff_happens_when_due_not_at_the_next_poll(
         put_events(moto_aws, training_change("wake-the-long-poll-1"))
         loop.join(timeout=30)
         bot.runtime.store.dispose()
+
+
+def test_an_endpoint_event_follows_the_endpoints_at_once(bot: Bot) -> None:
+    from jobs.endpoints.port import EndpointStatus
+    from jobs.endpoints.service import EndpointService
+    from tests.support.endpoints import LAUNCHER, FakeEndpoints, completed_lineage
+
+    endpoints = FakeEndpoints()
+    bot.runtime.endpoints = EndpointService(store=bot.runtime.store, backend=endpoints,
+                                            settings=bot.runtime.settings, clock=bot.runtime.clock)
+    lineage_id = f"ev-ep-{datetime.now():%H%M%S%f}"
+    completed_lineage(bot.runtime.store, lineage_id)
+    name = bot.runtime.endpoints.deploy(lineage_id, options={}, actor=LAUNCHER).name
+    endpoints.set_status(name, "InService")
+    put_events(bot.aws, endpoint_change(name, "IN_SERVICE"))
+    assert bot.runtime.handle_events(wait_seconds=5) == 1
+    assert bot.runtime.endpoints.get(name).status is EndpointStatus.IN_SERVICE
+    assert queue_counts(bot.aws, bot.queue_url) == (0, 0)
 
 
 def _relaunched(lineage: Any) -> bool:
