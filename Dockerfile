@@ -13,9 +13,10 @@ WORKDIR /app
 
 # Dependencies in their own layer: it only rebuilds when pyproject.toml changes.
 COPY pyproject.toml ./
-RUN mkdir -p bot handlers jobs/backends jobs/data training \
-    && touch README.md bot/__init__.py handlers/__init__.py jobs/__init__.py jobs/backends/__init__.py training/__init__.py \
-    && pip install . \
+# Empty stand-ins for every package pyproject.toml lists (read from it, so a new package needs no edit here).
+RUN python -c "import pathlib, tomllib; [pathlib.Path(p.replace('.', '/')).mkdir(parents=True, exist_ok=True) or pathlib.Path(p.replace('.', '/'), '__init__.py').touch() for p in tomllib.load(open('pyproject.toml', 'rb'))['tool']['setuptools']['packages']]" \
+    && touch README.md \
+    && pip install '.[postgres]' \
     && pip uninstall -y trainbot \
     && rm -rf bot handlers jobs training
 

@@ -97,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("inputs", nargs="*", help="key=value")
     _add_schedule_commands(sub)
     _add_recipe_commands(sub)
+    _add_db_commands(sub)
+    _add_events_commands(sub)
     serve = add("serve", _cmd_serve, "run the Slack bot with the watcher and scheduler")
     serve.add_argument("--http", action="store_true", help="HTTP at /slack/events instead of Socket Mode")
     serve.add_argument("--port", type=int, default=3000)
@@ -138,6 +140,31 @@ def _add_recipe_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
         cmd = verbs.add_parser(verb, help=f"{verb} a recipe")
         cmd.add_argument("name")
         cmd.set_defaults(run=_cmd_recipe, verb=verb)
+
+
+def _add_db_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    db = sub.add_parser("db", help="the store's schema: upgrade, current",
+                        description="The store's schema (Alembic revisions; every bot also upgrades at start).")
+    db.set_defaults(run=lambda args, settings: _usage(db))
+    verbs = db.add_subparsers(title="db commands", metavar="VERB")
+    verbs.add_parser("upgrade", help="apply the revisions the store lacks (under a lock)").set_defaults(
+        run=_cmd_db_upgrade
+    )
+    verbs.add_parser("current", help="the store's revision, and whether it is the newest").set_defaults(
+        run=_cmd_db_current
+    )
+
+
+def _add_events_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    events = sub.add_parser("events", help="SageMaker's job changes pushed by EventBridge: setup",
+                            description="SageMaker's job and endpoint changes pushed to the bot by EventBridge.")
+    events.set_defaults(run=lambda args, settings: _usage(events))
+    verbs = events.add_subparsers(title="events commands", metavar="VERB")
+    setup = verbs.add_parser("setup", help="create (or update) the SQS queue and the EventBridge rule; "
+                                          "prints the queue URL for TRAINBOT_EVENTS_QUEUE")
+    setup.add_argument("--queue", help="the queue's name (default: TRAINBOT_EVENTS_QUEUE, else "
+                                       "trainbot-sagemaker-events)")
+    setup.set_defaults(run=_cmd_events_setup)
 
 
 # --- commands that need no backend -------------------------------------------------------
@@ -264,7 +291,11 @@ def _cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
     if args.once:
         print(runtime.watch_cycle())
         return 0
-    print(f"watching every {settings.trainbot_poll_seconds:g} s; Ctrl-C to stop", file=sys.stderr)
+    if runtime.events is not None:
+        print(f"acting on job changes as EventBridge pushes them; a full poll every {settings.watch_seconds:g} s; "
+              "Ctrl-C to stop", file=sys.stderr)
+    else:
+        print(f"watching every {settings.trainbot_poll_seconds:g} s; Ctrl-C to stop", file=sys.stderr)
     runtime.run_watcher_until_signalled()
     return 0
 
@@ -323,6 +354,63 @@ def _cmd_schedule_verb(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     getattr(schedules, args.verb)(args.name)
     print(f"schedule {args.name}: {args.verb}d" if args.verb != "remove" else f"schedule {args.name} removed")
+    return 0
+
+
+# --- the store's schema ---------------------------------------------------------------------
+
+
+def _cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.clock import SystemClock
+    from jobs.store.store import Store
+
+    _configure_logging(settings)
+    store = Store(settings.database_url, clock=SystemClock())
+    applied = store.migrate()
+    where = store.engine.url.render_as_string(hide_password=True)
+    if applied:
+        print(f"{where}: applied {', '.join(applied)}; now at {store.schema_revision()} (the newest)")
+    else:
+        print(f"{where}: {_revision_text(store.schema_revision())}; nothing to apply")
+    return 0
+
+
+def _cmd_db_current(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.clock import SystemClock
+    from jobs.store.store import Store
+
+    store = Store(settings.database_url, clock=SystemClock())
+    where = store.engine.url.render_as_string(hide_password=True)
+    print(f"{where}: {_revision_text(store.schema_revision())}")
+    return 0
+
+
+def _revision_text(revision: str | None) -> str:
+    from jobs.store.migrate import head_revision, is_known
+
+    head = head_revision()
+    if revision == head:
+        return f"at revision {head}, the newest"
+    if revision is None:
+        return f"no revision yet (new, or made by the first release); `trainbot db upgrade` brings it to {head}"
+    if not is_known(revision):
+        return f"at revision {revision}, newer than this trainbot knows ({head}): a newer bot migrated it"
+    return f"at revision {revision}, behind {head}; `trainbot db upgrade` (or any bot's start) applies the rest"
+
+
+# --- events ---------------------------------------------------------------------------------
+
+
+def _cmd_events_setup(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.backends.sagemaker_events import setup_from_settings
+    from jobs.settings import EVENTS_POLL_SECONDS
+
+    _configure_logging(settings)
+    done = setup_from_settings(settings, args.queue)
+    print(f"rule {done.rule_arn} sends SageMaker's job and endpoint state changes to the queue. Set "
+          f"TRAINBOT_EVENTS_QUEUE to the URL below; the full poll then only reconciles, every "
+          f"{EVENTS_POLL_SECONDS:g} s unless TRAINBOT_POLL_SECONDS is set.", file=sys.stderr)
+    print(done.queue_url)
     return 0
 
 

@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 JOB_TABLE = "apscheduler_jobs"
 JOB_PREFIX = "schedule:"
 #: A run missed while no scheduler was up still runs (once) when one returns within this many seconds.
-LEASE_SECONDS = 60.0  # a crashed leader is taken over this long after its last renewal
+LEASE_SECONDS = 60.0  # a crashed leader is taken over this long after its last renewal (the default)
 RENEW_SECONDS = 15.0  # each cycle renews the lease and re-reads the schedules table
 FIRE_WORKERS = 2
 
@@ -191,12 +191,14 @@ class SchedulerRunner:
         self._clock = clock
         self._autorun = autorun
         self._inline = inline
-        self._renew = renew_seconds
+        # Renewed four times a lease: a leader that misses a renewal or two (a slow database) keeps it.
+        ttl = settings.trainbot_scheduler_lease_seconds
+        self._renew = min(renew_seconds, ttl / 4)
         grace = misfire_grace_seconds
         if grace is None:
             grace = settings.trainbot_schedule_grace_seconds
         self._defaults = {"coalesce": True, "max_instances": 1, "misfire_grace_time": int(grace)}
-        self.lease = lease or LeaderLease(schedules.engine, clock)
+        self.lease = lease or LeaderLease(schedules.engine, clock, ttl_seconds=ttl)
         self._jobstore = SQLAlchemyJobStore(engine=schedules.engine, tablename=JOB_TABLE)
         self._scheduler = _ClockedScheduler(
             self._cycle_safely, timezone=timezone.utc, jobstores={"default": self._jobstore},

@@ -8,9 +8,11 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from bot.scheduler import SchedulerRunner, build_schedule_service
@@ -18,6 +20,7 @@ from jobs.backend import TrainingBackend
 from jobs.clock import Clock, SystemClock
 from jobs.errors import ConfigError
 from jobs.lifecycle.service import JobService
+from jobs.lifecycle.state import LineageStatus
 from jobs.lifecycle.watcher import Watcher
 from jobs.planning.reader import CommandReader
 from jobs.recipes.service import RecipeBook
@@ -47,6 +50,7 @@ class Runtime:
     schedules: Any = None
     endpoints: Any = None
     recipes: Any = None
+    events: Any = None  # jobs.backends.sagemaker_events.EventQueue when TRAINBOT_EVENTS_QUEUE is set
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="trainbot-work")
     )
@@ -116,13 +120,76 @@ class Runtime:
         return "\n".join(lines)
 
     def watch_until_stopped(self) -> None:
-        """A cycle every TRAINBOT_POLL_SECONDS until `stop_event` is set; a failed cycle is logged, not fatal."""
+        """A cycle every TRAINBOT_POLL_SECONDS until `stop_event` is set; a failed cycle is logged, not fatal.
+        With an events queue, changes are acted on as they arrive and the cycle only reconciles."""
+        if self.events is not None:
+            self._watch_events_until_stopped()
+            return
         while not self.stop_event.is_set():
-            try:
-                log.debug("%s", self.watch_cycle())
-            except Exception:
-                log.exception("watch cycle failed; retrying next interval")
+            self._logged(self.watch_cycle)
             self.stop_event.wait(self.settings.trainbot_poll_seconds)
+
+    def handle_events(self, wait_seconds: float) -> int:
+        """Receive what the events queue holds (waiting up to `wait_seconds` for it), look at each job it
+        names now, and delete each message once its change is recorded; a job whose check failed keeps its
+        message, which comes back after the queue's visibility timeout. Returns the messages deleted."""
+        notices = self.events.receive(wait_seconds)
+        done = [n.receipt for n in notices if n.kind == "other"]
+        by_job: dict[str, list[str]] = {}
+        for notice in notices:
+            if notice.kind == "training":
+                by_job.setdefault(notice.name, []).append(notice.receipt)
+        for job_name, receipts in by_job.items():
+            result = self.watcher.check_now([job_name])
+            if result.errors:
+                log.warning("event for %s not handled yet: %s", job_name, "; ".join(result.errors))
+            else:
+                done += receipts
+        endpoint_receipts = [n.receipt for n in notices if n.kind == "endpoint"]
+        if endpoint_receipts:
+            if self.endpoints is not None:
+                self.endpoints.poll_once()  # follows every endpoint still creating, one describe each
+            done += endpoint_receipts
+        if done:
+            self.events.delete(done)
+        return len(done)
+
+    def _watch_events_until_stopped(self) -> None:
+        next_cycle = 0.0  # time.monotonic() of the next full cycle; the first runs at once
+        while not self.stop_event.is_set():
+            if time.monotonic() >= next_cycle:
+                self._logged(self.watch_cycle)
+                next_cycle = time.monotonic() + self.settings.watch_seconds
+            wait = max(0.0, min(next_cycle - time.monotonic(), self._relaunch_due()))
+            if not self._logged(partial(self.handle_events, wait)):
+                self.stop_event.wait(1.0)  # the queue is unreachable: do not spin
+
+    def _relaunch_due(self) -> float:
+        """Start the relaunches whose back-off ran out now, not at the next (long) reconciliation cycle;
+        returns the seconds until the next one falls due."""
+        now, due, waits = self.clock.now(), [], []
+        try:
+            for lineage in self.store.list_lineages(limit=100_000, backend=self.backend.name,
+                                                    status=LineageStatus.RELAUNCHING):
+                if lineage.latest_attempt is None:
+                    continue
+                if lineage.next_relaunch_at is None or lineage.next_relaunch_at <= now:
+                    due.append(lineage.latest_attempt.job_name)
+                else:
+                    waits.append((lineage.next_relaunch_at - now).total_seconds())
+            if due:
+                self.watcher.check_now(due)
+        except Exception:
+            log.exception("relaunching failed; the next cycle retries")
+        return min(waits, default=float("inf"))
+
+    def _logged(self, step: Callable[[], object]) -> bool:
+        try:
+            log.debug("%s", step())
+            return True
+        except Exception:
+            log.exception("watching failed; retrying")
+            return False
 
     def shutdown(self) -> None:
         self.stop_event.set()
@@ -178,6 +245,7 @@ def build_runtime(
     runtime.recipes = recipes
     runtime.schedules = _build_schedules(runtime)
     runtime.endpoints = _build_endpoints(runtime)
+    runtime.events = _build_events(runtime)
     return runtime
 
 
@@ -218,6 +286,15 @@ def _build_backend(settings: Settings, clock: Clock, *, force_local: bool) -> Tr
 
 def _build_schedules(runtime: Runtime) -> Any:
     return build_schedule_service(runtime.store, runtime.jobs, runtime.settings, runtime.clock)
+
+
+def _build_events(runtime: Runtime) -> Any:
+    """The events queue, when TRAINBOT_EVENTS_QUEUE is set and the jobs run on SageMaker (which sends them)."""
+    if not runtime.settings.uses_events or runtime.backend.name != "sagemaker":
+        return None
+    from jobs.backends.sagemaker_events import EventQueue
+
+    return EventQueue.from_settings(runtime.settings)
 
 
 def _build_endpoints(runtime: Runtime) -> EndpointService | None:

@@ -13,6 +13,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 IdList = Annotated[tuple[str, ...], NoDecode]
 PathList = Annotated[tuple[Path, ...], NoDecode]
 
+#: The reconciliation poll's default interval when EventBridge pushes the changes (TRAINBOT_EVENTS_QUEUE).
+EVENTS_POLL_SECONDS = 300.0
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="", extra="ignore", frozen=True)
@@ -33,6 +36,9 @@ class Settings(BaseSettings):
     trainbot_home: Path = Path(".trainbot")
     trainbot_database_url: str = ""
     trainbot_poll_seconds: float = Field(default=30, gt=0)
+    # SageMaker's state changes pushed through EventBridge into this SQS queue (a URL or a name); the poll
+    # then only reconciles, every EVENTS_POLL_SECONDS unless TRAINBOT_POLL_SECONDS is set.
+    trainbot_events_queue: str = ""
     trainbot_allowed_users: IdList = ()
     trainbot_allowed_channels: IdList = ()
     trainbot_admins: IdList = ()
@@ -46,6 +52,9 @@ class Settings(BaseSettings):
     trainbot_endpoint_idle_hours: float = Field(default=24, gt=0)
     # A schedule missed while the bot was down still runs (once) if the bot is back within this.
     trainbot_schedule_grace_seconds: float = Field(default=3600, ge=0)
+    # Several bots on one store: one of them runs the schedules under a lease it renews; if it dies, another
+    # takes over this long after its last renewal.
+    trainbot_scheduler_lease_seconds: float = Field(default=60, gt=0)
     # Local jobs train the tiny offline model unless hub models are asked for (and the hub is reachable).
     trainbot_local_hub: bool = False
     hf_hub_offline: bool = False
@@ -97,6 +106,19 @@ class Settings(BaseSettings):
         if self.trainbot_backend:
             return self.trainbot_backend
         return "sagemaker" if self.trainbot_role_arn else "local"
+
+    @property
+    def watch_seconds(self) -> float:
+        """How often the full watch cycle runs: TRAINBOT_POLL_SECONDS when set; otherwise 30 s, or
+        EVENTS_POLL_SECONDS when events push the changes and the cycle only reconciles what they missed."""
+        if "trainbot_poll_seconds" in self.model_fields_set or not self.uses_events:
+            return self.trainbot_poll_seconds
+        return EVENTS_POLL_SECONDS
+
+    @property
+    def uses_events(self) -> bool:
+        """Events push job changes: a queue is set and the jobs run on SageMaker (it sends the events)."""
+        return bool(self.trainbot_events_queue) and self.backend == "sagemaker"
 
     @property
     def local_uses_hub(self) -> bool:

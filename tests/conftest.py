@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.postgres import postgres_server, postgres_store_url, postgres_url  # noqa: F401
+
 _LEAKY_VARIABLES = (
     "SLACK_BOT_TOKEN",
     "SLACK_APP_TOKEN",
@@ -38,6 +40,25 @@ def _offline_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The URL of a store with no rows: a new SQLite file, then a database on the session's real PostgreSQL
+    server (tests/support/postgres.py) already migrated to head. A test that takes it runs once on each."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state' / 'trainbot.db'}"
+    url: str = request.getfixturevalue("postgres_store_url")
+    return url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Like `database_url`, but with no tables at all on either (for the migrations' own tests)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'state' / 'trainbot.db'}"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
 
 
 @pytest.fixture

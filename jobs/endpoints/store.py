@@ -1,4 +1,4 @@
-"""The endpoints table, its migration (schema version 20), the records the service hands out, and the
+"""The endpoints table (created by the baseline revision), the records the service hands out, and the
 guarded updates.
 
 An endpoint row is keyed by its name: a name is live (creating or in service) at most once; a failed or
@@ -35,10 +35,8 @@ from jobs.endpoints.options import DeployOptions
 from jobs.endpoints.port import DeployRequest, EndpointStatus
 from jobs.errors import InvalidState, NotFound, SpecError
 from jobs.planning.pricing import hourly_usd
-from jobs.store.schema import UTCDateTime, metadata, read_transaction, register_migration, write_transaction
+from jobs.store.schema import UTCDateTime, metadata, read_transaction, write_transaction
 from jobs.store.store import Lineage, Store
-
-SCHEMA_VERSION = 20
 
 endpoints_table = Table(
     "endpoints",
@@ -69,13 +67,6 @@ endpoints_table = Table(
     Column("last_invoked_at", UTCDateTime),
     Index("ix_endpoints_status", "status"),
 )
-
-
-def _create(conn: Connection) -> None:
-    endpoints_table.create(conn, checkfirst=True)
-
-
-register_migration(SCHEMA_VERSION, "endpoints table", _create)
 
 LIVE = (EndpointStatus.CREATING.value, EndpointStatus.IN_SERVICE.value)
 

@@ -137,6 +137,31 @@ class Watcher:
         cycle.api_calls += self._backend.calls
         return cycle
 
+    def check_now(self, job_names: list[str]) -> CycleResult:
+        """Look at these jobs now (an event said they changed): describe each one the store tracks as
+        launching or running and mirror it as `poll_once` does (an ending is settled at once); the lineage
+        of a named job that already ended is settled from the store (a relaunch that fell due). Names that
+        are not ours cost no API call."""
+        cycle = CycleResult()
+        self._backend.calls = 0
+        for name in dict.fromkeys(job_names):
+            self._guard(cycle, name, lambda n=name: self._check_named(n, cycle))
+        cycle.api_calls += self._backend.calls
+        return cycle
+
+    def _check_named(self, job_name: str, cycle: CycleResult) -> None:
+        try:
+            lineage = self._store.find(job_name)
+        except NotFound:
+            return  # not one of ours
+        attempt = next((a for a in lineage.attempts if a.job_name == job_name), None)
+        if lineage.backend != self._backend.name or attempt is None:
+            return
+        if attempt.status in (AttemptStatus.LAUNCHING, AttemptStatus.RUNNING):
+            self._check(attempt, None, cycle)
+        elif not lineage.status.is_terminal():
+            self._controller.settle(lineage, cycle)
+
     def _guard(self, cycle: CycleResult, what: str, step: Any) -> None:
         # One job's trouble never blocks the others; the cursor stays put so the next cycle redoes it.
         try:

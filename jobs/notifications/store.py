@@ -30,10 +30,8 @@ from sqlalchemy.engine import Row
 
 from jobs.clock import Clock
 from jobs.notifications.rules import Filter
-from jobs.store.schema import UTCDateTime, metadata, read_transaction, register_migration, write_transaction
+from jobs.store.schema import UTCDateTime, metadata, read_transaction, write_transaction
 from jobs.store.store import Store
-
-SCHEMA_VERSION = 18
 
 subscriptions_table = Table(
     "notify_subscriptions",
@@ -59,9 +57,6 @@ preferences_table = Table(
     Column("updated_at", UTCDateTime, nullable=False),
 )
 
-_TABLES = [subscriptions_table, preferences_table]
-register_migration(SCHEMA_VERSION, "notification subscriptions",
-                   lambda conn: metadata.create_all(conn, tables=_TABLES))
 
 
 @dataclass(frozen=True)

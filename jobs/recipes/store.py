@@ -9,12 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, Connection, String, Table, Text
+from sqlalchemy import Column, String, Table, Text
 from sqlalchemy.engine import Row
 
-from jobs.store.schema import UTCDateTime, metadata, register_migration
-
-SCHEMA_VERSION = 16
+from jobs.store.schema import UTCDateTime, metadata
 
 recipes_table = Table(
     "recipes", metadata,
@@ -27,11 +25,6 @@ recipes_table = Table(
 )
 
 
-def _create(conn: Connection) -> None:
-    recipes_table.create(conn, checkfirst=True)
-
-
-register_migration(SCHEMA_VERSION, "recipes table", _create)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The schedule tables (schema version 9), the records read from them, and the write-transaction recipe."""
+"""The schedule tables (created by the baseline revision), the records read from them, and the write-transaction recipe."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Row
 
 from jobs.schedules.comparison import DEFAULT_REGRESSION_POINTS, describe_data
-from jobs.store.schema import UTCDateTime, metadata, register_migration
+from jobs.store.schema import UTCDateTime, metadata
 from jobs.store.store import Lineage
 
 schedules_table = Table(
@@ -64,9 +64,6 @@ scheduler_lease = Table(
     Column("holder", String(255), nullable=False),
     Column("expires_at", Float, nullable=False),
 )
-
-_TABLES = [schedules_table, schedule_runs, scheduler_lease]
-register_migration(9, "schedules", lambda conn: metadata.create_all(conn, tables=_TABLES))
 
 
 # ---------------------------------------------------------------- records

@@ -22,15 +22,15 @@ from jobs.errors import InvalidState, NotFound
 from jobs.lifecycle.state import ATTEMPT_MOVES, LINEAGE_MOVES, AttemptStatus, LineageStatus, Move
 from jobs.planning.spec import JobSpec
 from jobs.records import Actor
+from jobs.store.migrate import current_revision, upgrade
 from jobs.store.rows import Attempt, AuditEntry, Lineage, Notification, to_attempt, to_lineage
 from jobs.store.schema import attempts as t_attempts
 from jobs.store.schema import audit as t_audit
 from jobs.store.schema import lineages as t_lineages
-from jobs.store.schema import make_engine, migrations, read_transaction, write_transaction
+from jobs.store.schema import make_engine, read_transaction, write_transaction
 from jobs.store.schema import meta as t_meta
 from jobs.store.schema import metadata as _metadata
 from jobs.store.schema import outbox as t_outbox
-from jobs.store.schema import schema_version as t_version
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class Store:
 
     @property
     def engine(self) -> Engine:
-        """Other tables (schedules) share it; declare them on ``metadata`` and add a migration step."""
+        """Other tables (schedules) share it; declare them on ``metadata`` (and add a revision)."""
         return self._engine
 
     @property
@@ -71,30 +71,13 @@ class Store:
 
     # -- migrations -------------------------------------------------------------------------------
 
-    def migrate(self) -> None:
-        """Apply every registered schema step not recorded yet; safe to run again, and from two
-        processes at once (the version row is written first, so the loser of a race skips the step)."""
-        with self._write() as conn:
-            t_version.create(conn, checkfirst=True)
-        for step in migrations():
-            try:
-                with self._write() as conn:
-                    done = conn.execute(
-                        select(t_version.c.version).where(t_version.c.version == step.version)
-                    )
-                    if done.first() is not None:
-                        continue
-                    conn.execute(
-                        insert(t_version).values(version=step.version, name=step.name, applied_at=self._now())
-                    )
-                    step.apply(conn)
-                    log.info("applied schema version %d (%s)", step.version, step.name)
-            except IntegrityError:
-                continue  # another process recorded this version first
+    def migrate(self) -> list[str]:
+        """Bring the schema to the newest Alembic revision (jobs/store/migrations), under a lock so two
+        processes starting together migrate once; returns the revisions this call applied."""
+        return upgrade(self._engine)
 
-    def schema_versions(self) -> list[int]:
-        with self._read() as conn:
-            return [r[0] for r in conn.execute(select(t_version.c.version).order_by(t_version.c.version))]
+    def schema_revision(self) -> str | None:
+        return current_revision(self._engine)
 
     # -- lineages ---------------------------------------------------------------------------------
 
@@ -168,7 +151,7 @@ class Store:
 
     def list_lineages(
         self, *, active_only: bool = False, limit: int = 50, schedule: str | None = None,
-        backend: str | None = None,
+        backend: str | None = None, status: LineageStatus | None = None,
     ) -> list[Lineage]:
         """Newest first."""
         query = (
@@ -180,6 +163,8 @@ class Store:
             query = query.where(t_lineages.c.schedule == schedule)
         if backend is not None:
             query = query.where(t_lineages.c.backend == backend)
+        if status is not None:
+            query = query.where(t_lineages.c.status == status.value)
         with self._read() as conn:
             rows = conn.execute(query).all()
             by_lineage = self._attempts_of(conn, [r.id for r in rows])

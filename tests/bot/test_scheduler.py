@@ -1,4 +1,5 @@
-"""The scheduler on a real SQLite file with APScheduler's SQLAlchemy job store, driven by a FakeClock."""
+"""The scheduler on a real store (a SQLite file, then a real PostgreSQL database) with APScheduler's
+SQLAlchemy job store, driven by a FakeClock."""
 
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ def launched(world: World) -> list[str]:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "shared.db"
+def db(database_url: str) -> str:
+    """The shared store's URL (tests/conftest.py runs each test on SQLite and on PostgreSQL)."""
+    return database_url
 
 
 # -- cron and time zones -------------------------------------------------------------------------------
@@ -93,7 +95,7 @@ def test_bad_cron_or_zone_is_one_sentence(cron: str, tz: str, words: str) -> Non
 # -- firing, restarts, pause --------------------------------------------------------------------------
 
 
-def test_fires_when_due_and_only_once(db: Path) -> None:
+def test_fires_when_due_and_only_once(db: str) -> None:
     world = make_world(db)
     world.schedules.add("nightly", "0 2 * * *", "UTC", TRAIN, actor=ALICE, channel="C_ML")
     runner = runner_for(world)
@@ -112,7 +114,7 @@ def test_fires_when_due_and_only_once(db: Path) -> None:
         runner.shutdown()
 
 
-def test_a_run_missed_while_down_runs_once_on_return(db: Path) -> None:
+def test_a_run_missed_while_down_runs_once_on_return(db: str) -> None:
     world = make_world(db)
     world.schedules.add("nightly", "0 2 * * *", "UTC", TRAIN, actor=ALICE, channel=None)
     first = runner_for(world)
@@ -131,7 +133,7 @@ def test_a_run_missed_while_down_runs_once_on_return(db: Path) -> None:
         again.shutdown()
 
 
-def test_a_run_missed_beyond_the_grace_period_is_dropped(db: Path) -> None:
+def test_a_run_missed_beyond_the_grace_period_is_dropped(db: str) -> None:
     world = make_world(db)
     world.schedules.add("nightly", "0 2 * * *", "UTC", TRAIN, actor=ALICE, channel=None)
     runner = runner_for(world, misfire_grace_seconds=600)
@@ -144,7 +146,7 @@ def test_a_run_missed_beyond_the_grace_period_is_dropped(db: Path) -> None:
         runner.shutdown()
 
 
-def test_pause_and_resume_sync_the_scheduler(db: Path) -> None:
+def test_pause_and_resume_sync_the_scheduler(db: str) -> None:
     world = make_world(db)
     world.schedules.add("nightly", "0 2 * * *", "UTC", TRAIN, actor=ALICE, channel=None)
     runner = runner_for(world)
@@ -167,7 +169,7 @@ def test_pause_and_resume_sync_the_scheduler(db: Path) -> None:
 # -- several processes on one database --------------------------------------------------------------------
 
 
-def test_two_runners_on_one_database_fire_once_and_a_crashed_leader_is_taken_over(db: Path) -> None:
+def test_two_runners_on_one_database_fire_once_and_a_crashed_leader_is_taken_over(db: str) -> None:
     one = make_world(db)
     one.schedules.add("nightly", "0 2 * * *", "UTC", TRAIN, actor=ALICE, channel=None)
     two = make_world(db, one.clock)
@@ -200,12 +202,11 @@ def test_two_runners_on_one_database_fire_once_and_a_crashed_leader_is_taken_ove
 _CHILD = """
 import json, sys
 from datetime import datetime, timezone
-from pathlib import Path
 from bot.scheduler import LeaderLease, SchedulerRunner
 from jobs.clock import FakeClock
 from jobs.settings import Settings
 from tests.jobs.test_schedules import make_world
-world = make_world(Path(sys.argv[1]), FakeClock(datetime(2026, 3, 2, 2, 0, 5, tzinfo=timezone.utc)))
+world = make_world(sys.argv[1], FakeClock(datetime(2026, 3, 2, 2, 0, 5, tzinfo=timezone.utc)))
 runner = SchedulerRunner(Settings(), world.schedules, world.clock, autorun=False, inline=True,
                          lease=LeaderLease(world.store.engine, world.clock, holder=sys.argv[2]))
 runner.start()
@@ -216,14 +217,14 @@ print(json.dumps({"leader": any(leader), "created": world.backend.created}))
 """
 
 
-def test_two_os_processes_on_one_sqlite_file_fire_once(db: Path) -> None:
+def test_two_os_processes_on_one_database_fire_once(db: str) -> None:
     world = make_world(db)
     world.schedules.add("nightly", "0 2 * * *", "UTC", TRAIN, actor=ALICE, channel=None)
     runner = runner_for(world, "setup")  # stores the job's next run (02:00) as a running bot would have
     runner.tick()
     runner.shutdown()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    children = [subprocess.Popen([sys.executable, "-c", _CHILD, str(db), f"proc-{i}"], cwd=ROOT, env=env,
+    children = [subprocess.Popen([sys.executable, "-c", _CHILD, db, f"proc-{i}"], cwd=ROOT, env=env,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for i in range(2)]
     outputs = [child.communicate("go\n", timeout=60) for child in children]
@@ -236,7 +237,7 @@ def test_two_os_processes_on_one_sqlite_file_fire_once(db: Path) -> None:
 # -- the real background thread ---------------------------------------------------------------------------
 
 
-def test_the_background_thread_fires_a_due_schedule(db: Path) -> None:
+def test_the_background_thread_fires_a_due_schedule(db: str) -> None:
     world = make_world(db, FakeClock(utc(2026, 3, 2, 1, 59, 59)))
     world.schedules.add("nightly", "0 2 * * *", "UTC", TRAIN, actor=ALICE, channel=None)
     fired = threading.Event()

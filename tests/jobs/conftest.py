@@ -1,9 +1,10 @@
-"""Shared fixtures of the core's tests: a fake clock and a migrated store on a fresh SQLite file."""
+"""Shared fixtures of the core's tests: a fake clock and a migrated store, once on a fresh SQLite file and once
+on a fresh database of a real PostgreSQL server (tests/conftest.py's `database_url`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
@@ -17,7 +18,8 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'trainbot.db'}", clock=clock)
+def store(database_url: str, clock: FakeClock) -> Iterator[Store]:
+    s = Store(database_url, clock=clock)
     s.migrate()
-    return s
+    yield s
+    s.dispose()  # PostgreSQL drops the test's database only once nothing is connected

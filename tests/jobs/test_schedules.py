@@ -1,4 +1,4 @@
-"""ScheduleService on a real SQLite store, the real JobService and the scripted backend, with a FakeClock."""
+"""ScheduleService on a real store (a SQLite file, then a real PostgreSQL database), the real JobService and the scripted backend, with a FakeClock."""
 
 from __future__ import annotations
 
@@ -37,10 +37,11 @@ class World:
     schedules: ScheduleService
 
 
-def make_world(db: Path, clock: FakeClock | None = None, **settings: Any) -> World:
-    """Everything a schedule needs, on one SQLite file (two worlds on one file = two processes)."""
+def make_world(db: Path | str, clock: FakeClock | None = None, **settings: Any) -> World:
+    """Everything a schedule needs, on one database: a SQLite file's path or any URL (two worlds on one
+    database = two processes)."""
     clock = clock or FakeClock(datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc))
-    store = Store(f"sqlite:///{db}", clock=clock)
+    store = Store(db if isinstance(db, str) else f"sqlite:///{db}", clock=clock)
     store.migrate()
     backend = ScriptedBackend(clock=clock)
     counter = iter(range(1, 10_000))
@@ -54,8 +55,8 @@ def make_world(db: Path, clock: FakeClock | None = None, **settings: Any) -> Wor
 
 
 @pytest.fixture
-def world(tmp_path: Path) -> World:
-    return make_world(tmp_path / "trainbot.db", trainbot_admins=("U_ADMIN",))
+def world(database_url: str) -> World:
+    return make_world(database_url, trainbot_admins=("U_ADMIN",))
 
 
 def finish(world: World, lineage: Lineage, metrics: dict[str, float],

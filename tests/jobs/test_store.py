@@ -1,13 +1,15 @@
-"""The store on a real SQLite file: migrations, lineages and attempts, guarded transitions, audit, outbox, meta."""
+"""The store on a real SQLite file and on a real PostgreSQL database: migrations, lineages and attempts, guarded
+transitions, audit, outbox, meta."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Column, Integer, String, Table, inspect, select
+from sqlalchemy import inspect
 
 from jobs.clock import FakeClock
 from jobs.errors import NotFound
@@ -16,7 +18,7 @@ from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.planning.presets import preset_fields
 from jobs.planning.spec import JobSpec, spec_from_fields
 from jobs.records import Actor
-from jobs.store import schema as store_schema
+from jobs.store.migrate import head_revision, revisions, upgrade
 from jobs.store.store import DuplicateLineage, Store
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
@@ -32,10 +34,11 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def store(tmp_path: Path, clock: FakeClock) -> Store:
-    s = Store(f"sqlite:///{tmp_path / 'state' / 'trainbot.db'}", clock=clock)
+def store(database_url: str, clock: FakeClock) -> Iterator[Store]:
+    s = Store(database_url, clock=clock)
     s.migrate()
-    return s
+    yield s
+    s.dispose()
 
 
 def new_lineage(store: Store, lineage_id: str = "distilbert-spot-0001", **kw: Any) -> str:
@@ -59,52 +62,26 @@ def test_migrate_creates_every_table_in_a_new_folder_and_is_idempotent(
 ) -> None:
     path = tmp_path / "deep" / "er" / "trainbot.db"
     store = Store(f"sqlite:///{path}", clock=clock)
-    store.migrate()
-    store.migrate()
+    assert store.migrate() == revisions()
+    assert store.migrate() == []
     assert path.exists()
     tables = set(inspect(store.engine).get_table_names())
-    assert {"lineages", "attempts", "audit", "outbox", "meta", "schema_version"} <= tables
-    assert store.schema_versions() == [1, 9, 16, 18, 20, 30, 31]  # core, schedules, recipes, notifications, endpoints, plans, redone
+    assert {"lineages", "attempts", "audit", "outbox", "meta", "schedules", "endpoints", "alembic_version"} <= tables
+    assert store.schema_revision() == head_revision()
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
 
 
-def test_a_later_step_migrates_an_older_database_once(
-    tmp_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+def test_a_database_at_an_older_revision_gets_only_the_later_ones(
+    empty_database_url: str, clock: FakeClock
 ) -> None:
-    url = f"sqlite:///{tmp_path / 't.db'}"
-    Store(url, clock=clock).migrate()  # a database at version 1
-    extra = Table(
-        "extra_things",
-        store_schema.metadata,
-        Column("name", String(20), primary_key=True),
-        Column("n", Integer),
-    )
-    calls: list[int] = []
-
-    def step(conn: object) -> None:
-        calls.append(1)
-        extra.create(conn)  # type: ignore[arg-type]
-
-    monkeypatch.setitem(store_schema._MIGRATIONS, 2, store_schema.Migration(2, "extra things", step))
-    try:
-        store = Store(url, clock=clock)
-        store.migrate()
-        store.migrate()
-        assert store.schema_versions() == [1, 2, 9, 16, 18, 20, 30, 31]
-        assert calls == [1]
-        with store.engine.begin() as conn:
-            conn.execute(extra.insert().values(name="a", n=1))
-            assert conn.execute(select(extra.c.n)).scalar_one() == 1
-    finally:
-        store_schema.metadata.remove(extra)
-
-
-def test_register_migration_refuses_a_taken_version() -> None:
-    with pytest.raises(ValueError, match="already taken"):
-        store_schema.register_migration(1, "something else", lambda conn: None)
-    store_schema.register_migration(1, "core tables", lambda conn: None)  # same step again: no-op
-    assert [m.version for m in store_schema.migrations()][0] == 1
+    store = Store(empty_database_url, clock=clock)
+    assert upgrade(store.engine, "0001") == ["0001"]
+    assert store.schema_revision() == "0001"
+    assert store.migrate() == revisions()[1:]
+    assert store.migrate() == []
+    assert store.schema_revision() == head_revision()
+    store.dispose()
 
 
 # -- lineages and attempts ----------------------------------------------------------------------------
@@ -297,10 +274,9 @@ def test_outbox_dedups_defers_and_delivers(store: Store, clock: FakeClock) -> No
 
 
 def test_two_processes_delivering_from_one_store_never_both_get_a_message(
-    tmp_path: Path, clock: FakeClock
+    database_url: str, clock: FakeClock
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
-    first, second = Store(url, clock=clock), Store(url, clock=clock)
+    first, second = Store(database_url, clock=clock), Store(database_url, clock=clock)
     first.migrate()
     first.enqueue(kind="state", payload={"text": "running"}, dedup_key="job-a:1:running")
     assert [n.dedup_key for n in first.due_notifications(claim_seconds=300)] == ["job-a:1:running"]
@@ -319,8 +295,8 @@ def test_meta_get_and_set(store: Store) -> None:
     assert store.get_meta("watcher.last_poll") == "b"
 
 
-def test_state_survives_a_new_store_on_the_same_file(tmp_path: Path, clock: FakeClock) -> None:
-    url = f"sqlite:///{tmp_path / 't.db'}"
+def test_state_survives_a_new_store_on_the_same_database(database_url: str, clock: FakeClock) -> None:
+    url = database_url
     first = Store(url, clock=clock)
     first.migrate()
     new_lineage(first)
@@ -328,6 +304,7 @@ def test_state_survives_a_new_store_on_the_same_file(tmp_path: Path, clock: Fake
     second = Store(url, clock=clock)
     second.migrate()
     assert second.get_lineage("distilbert-spot-0001").spec == spot_spec()
+    second.dispose()
 
 
 def test_in_memory_url_works_for_quick_tools(clock: FakeClock) -> None:

@@ -1,4 +1,5 @@
-"""Two writers race the same guarded transition on one SQLite file: exactly one wins, every round.
+"""Two writers race the same guarded transition on one store (a SQLite file, then a real PostgreSQL database
+under its default READ COMMITTED isolation): exactly one wins, every round.
 
 Each round both writers are released together by a barrier and try the same three things: move the lineage
 RUNNING -> RELAUNCHING, add attempt 2, and move attempt 1 RUNNING -> FAILED. A read-then-write
@@ -10,7 +11,6 @@ from __future__ import annotations
 import multiprocessing
 import threading
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from jobs.clock import FakeClock, SystemClock
@@ -78,8 +78,8 @@ def _assert_one_winner_each_round(
         assert [a.number for a in lineage.attempts] == [1, 2]
 
 
-def test_two_threads_race_one_transition(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'race.db'}"
+def test_two_threads_race_one_transition(database_url: str) -> None:
+    url = database_url
     _prepare(url, ROUNDS_THREADS)
     barrier = threading.Barrier(2)
     out: dict[str, list[tuple[bool, bool, bool]]] = {}
@@ -101,8 +101,8 @@ def test_two_threads_race_one_transition(tmp_path: Path) -> None:
     _assert_one_winner_each_round(out["a"], out["b"], ROUNDS_THREADS, url)
 
 
-def test_two_processes_race_one_transition(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'race.db'}"
+def test_two_processes_race_one_transition(database_url: str) -> None:
+    url = database_url
     _prepare(url, ROUNDS_PROCESSES)
     ctx = multiprocessing.get_context("spawn")  # a fresh interpreter each: no engine or lock inherited
     barrier = ctx.Barrier(2, timeout=60)

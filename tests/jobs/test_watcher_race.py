@@ -1,4 +1,5 @@
-"""Two watcher processes on one SQLite file act once: each lost job is relaunched exactly once.
+"""Two watcher processes on one store (a SQLite file, then a real PostgreSQL database) act once: each lost job
+is relaunched exactly once.
 
 The processes share the database and a file-backed backend that records every create call, so a double
 relaunch would show as two created jobs (or two create calls) however the processes interleave.
@@ -117,8 +118,8 @@ def _watch(url: str, state: Path, home: Path, barrier: Any, results: Any) -> Non
     results.put((actions, errors))
 
 
-def test_two_watcher_processes_relaunch_each_lost_job_once(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'trainbot.db'}"
+def test_two_watcher_processes_relaunch_each_lost_job_once(tmp_path: Path, database_url: str) -> None:
+    url = database_url
     state = tmp_path / "backend.json"
     clock = SystemClock()
     store = Store(url, clock=clock)
