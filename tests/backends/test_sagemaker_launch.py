@@ -81,7 +81,7 @@ def test_data_parallel_enables_smdistributed_dataparallel(launched: Launched) ->
     assert request["ResourceConfig"] == {
         "InstanceType": "ml.p3.16xlarge",
         "InstanceCount": 2,
-        "VolumeSizeInGB": 30,
+        "VolumeSizeInGB": 200,
     }
 
 
