@@ -30,17 +30,16 @@ _DATETIME_FIELDS = {
 }
 _TAIL_BYTES = 256 * 1024
 _ERROR_LINE = re.compile(r"(^|\s|: )(error|[A-Za-z_][\w.]*(Error|Exception))\b:?", re.IGNORECASE)
-# Lines that are torchrun's, the SageMaker training toolkit's or the wrapper's own report of a worker's
-# failure, not the cause.
+# Lines that are torchrun's, the training toolkit's or the wrapper's own report of a worker's failure, not
+# the cause (the toolkit ends every failure with "ERROR Encountered exit_code 1" and the command it ran).
 _LAUNCHER_NOISE = (
-    "sagemaker-training-toolkit",
-    "ExecuteUserScriptError",
-    "ErrorMessage",
     "ChildFailedError",
     "torch.distributed.elastic",
     "[trainbot]",
     "error_file:",
     "traceback :",
+    "sagemaker-training-toolkit",
+    'Command "',
 )
 
 

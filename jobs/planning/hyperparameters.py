@@ -189,7 +189,6 @@ def _check_range(name: str, value: float, minimum: float | None) -> None:
         raise SpecError(f"{name} must be at least {minimum:g}, not {value}.")
 
 
-
 # ---------------------------------------------------------------- what may reach a script at all
 
 

@@ -38,6 +38,7 @@ def test_the_file_matches_transformers_5() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # the first test to ask for `.venv-tf4` builds it (pip, up to 900 + 300 s)
 def test_the_file_matches_transformers_4_28(python4: Path) -> None:
     entry = listed_by(python4)
     assert entry["transformers"] == "4.28.1"
