@@ -20,7 +20,7 @@ from jobs.endpoints.store import EndpointStore
 from jobs.lifecycle import state as st
 from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.schedules.store import schedule_runs, scheduler_lease, schedules_table
-from jobs.store.migrate import head_revision, revisions, schema_drift, upgrade
+from jobs.store.migrate import head_revision, newest_on_disk, revisions, schema_drift, upgrade
 from jobs.store.migrations.__main__ import main as new_revision
 from jobs.store.schema import read_transaction
 from jobs.store.store import Store
@@ -33,6 +33,25 @@ def test_a_database_migrated_to_head_is_what_the_code_declares(empty_database_ur
     store.migrate()
     assert schema_drift(store.engine) == []
     store.dispose()
+
+
+def test_revisions_are_numbered_in_order_so_the_start_up_shortcut_reads_the_head_from_the_file_names() -> None:
+    assert revisions() == [f"{n:04d}" for n in range(1, len(revisions()) + 1)]
+    assert newest_on_disk() == head_revision()
+
+
+def test_a_start_on_a_store_at_head_does_not_import_alembic(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'trainbot.db'}"
+    Store(url, clock=SystemClock()).migrate()
+    probe = ("import sys; from jobs.clock import SystemClock; from jobs.store.store import Store; "
+             f"assert Store({url!r}, clock=SystemClock()).migrate() == []; print('alembic' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_the_revision_helper_has_nothing_to_write_while_code_and_revisions_agree(
