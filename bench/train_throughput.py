@@ -45,10 +45,11 @@ def common_args(model: Path, out: Path, opts: argparse.Namespace) -> list[str]:
 
 def plain_trainer_child(argv: list[str]) -> None:
     """A plain Trainer loop: stock TrainingArguments, default collator, no callbacks of ours."""
+    import data_channels
     import numpy as np
     import qa_postprocess
+    import script_arguments
     import torch
-    import trainkit
     from transformers import (
         AutoModelForQuestionAnswering,
         AutoTokenizer,
@@ -60,10 +61,10 @@ def plain_trainer_child(argv: list[str]) -> None:
     )
     from transformers.trainer_callback import PrinterCallback
 
-    script_args, args, _ = HfArgumentParser((trainkit.ScriptArguments, TrainingArguments)).parse_args_into_dataclasses(
+    script_args, args, _ = HfArgumentParser((script_arguments.ScriptArguments, TrainingArguments)).parse_args_into_dataclasses(
         args=argv + ["--save_strategy", "no", "--do_train", "True"], return_remaining_strings=True)
     tokenizer = AutoTokenizer.from_pretrained(script_args.model_name_or_path)
-    records = trainkit.read_channel(Path(os.environ["SM_CHANNEL_TRAIN"]))
+    records = data_channels.read_channel(Path(os.environ["SM_CHANNEL_TRAIN"]))
     feats = qa_postprocess.prepare_features(tokenizer, records, script_args.max_seq_length,
                                             script_args.doc_stride, True, keep_offsets=False)
     keys = ("input_ids", "attention_mask", "token_type_ids", "start_positions", "end_positions")

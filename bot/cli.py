@@ -23,6 +23,7 @@ from jobs.settings import Settings
 
 if TYPE_CHECKING:
     from bot.wiring import Runtime
+    from jobs.planning.reader import CommandReader
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     stop = add("stop", _cmd_stop, "stop a job (lineage id or SageMaker job name)")
     stop.add_argument("job")
+    logs = add("logs", _cmd_logs, "the last lines of a job's log, every host's labelled (lineage id or job name)")
+    logs.add_argument("job")
+    logs.add_argument("--lines", "-n", default=None, metavar="N", help="lines per host (default 40, at most 500)")
     watch = add("watch", _cmd_watch, "watch jobs, recover spot jobs and report (--once: one cycle)")
     watch.add_argument("--once", action="store_true")
     deploy = add("deploy", _cmd_deploy, "deploy a completed job to an endpoint; prints its name last")
@@ -94,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_schedule_commands(sub)
     _add_db_commands(sub)
     _add_events_commands(sub)
+    _add_recipe_commands(sub)
     serve = add("serve", _cmd_serve, "run the Slack bot with the watcher and scheduler")
     serve.add_argument("--http", action="store_true", help="HTTP at /slack/events instead of Socket Mode")
     serve.add_argument("--port", type=int, default=3000)
@@ -145,20 +150,64 @@ def _add_events_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     setup.set_defaults(run=_cmd_events_setup)
 
 
+def _add_recipe_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    recipe = sub.add_parser("recipe", help="team recipes for /train NAME", description="Team recipes.")
+    recipe.set_defaults(run=lambda args, settings: _usage(recipe))
+    verbs = recipe.add_subparsers(title="recipe commands", metavar="VERB")
+    save = verbs.add_parser("save", help="save NAME TEXT...: name a validated /train command")
+    save.add_argument("name")
+    save.add_argument("text", nargs=argparse.REMAINDER, help="the /train arguments, e.g. bert-squad spot=yes")
+    save.set_defaults(run=_cmd_recipe, verb="save")
+    verbs.add_parser("list", help="every recipe (saved and from TRAINBOT_RECIPES_FILE)").set_defaults(
+        run=_cmd_recipe, verb="list", name=None
+    )
+    for verb in ("show", "remove"):
+        cmd = verbs.add_parser(verb, help=f"{verb} a recipe")
+        cmd.add_argument("name")
+        cmd.set_defaults(run=_cmd_recipe, verb=verb)
+
+
 # --- commands that need no backend -------------------------------------------------------
 
 
 def _cmd_parse(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.planning.grammar import help_for, parse_command
+    from jobs.planning.grammar import help_for
 
     text = _text(args.text)
     help_text = help_for(text)
     if help_text is not None:
         print(help_text)
         return 0
-    spec = parse_command(text, max_instances=settings.trainbot_max_instances)
+    spec = _reader(settings).parse(text)
     print(json.dumps(spec.model_dump(mode="json"), indent=2))
     return 0
+
+
+def _cmd_recipe(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.wiring import recipe_book
+    from jobs.recipes import text as recipe_text
+
+    _configure_logging(settings)
+    book = recipe_book(settings)
+    if args.verb == "list":
+        print(recipe_text.render_list(book.list(), book.file_problems()))
+    elif args.verb == "show":
+        print(recipe_text.render_recipe(book.show(args.name)))
+    elif args.verb == "remove":
+        book.remove(args.name, actor=_cli_actor())
+        print(recipe_text.REMOVED.format(name=args.name))
+    else:
+        recipe, replaced = book.save(args.name, _text(args.text), actor=_cli_actor())
+        print((recipe_text.REPLACED if replaced else recipe_text.SAVED).format(name=recipe.name, text=recipe.text))
+    return 0
+
+
+def _reader(settings: Settings) -> CommandReader:
+    """The grammar with this bot's recipes (read from its database and TRAINBOT_RECIPES_FILE)."""
+    from bot.wiring import command_reader, recipe_book
+
+    _configure_logging(settings)
+    return command_reader(settings, recipe_book(settings))
 
 
 def _cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
@@ -224,6 +273,16 @@ def _cmd_stop(args: argparse.Namespace, settings: Settings) -> int:
     runtime = _runtime(settings)
     lineage = runtime.jobs.stop(args.job, actor=_cli_actor())
     print(f"{lineage.id}: stop requested")
+    return 0
+
+
+def _cmd_logs(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.reporting.logs import attempt_for, check_lines, read_job_logs
+
+    lines = check_lines(args.lines)
+    runtime = _runtime(settings)
+    lineage = runtime.jobs.get(args.job)
+    print(read_job_logs(lineage, attempt_for(lineage, args.job), runtime.backend, lines).to_text())
     return 0
 
 

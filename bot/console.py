@@ -1,7 +1,8 @@
 """`trainbot console`: the bot in a terminal, on the local backend, through the same router as Slack.
 
 A line is one of:
-- a slash command (`/train bert-squad`, `/jobs`, `/job ID`, `/stop ID`, `/deploy ...`, `/schedule ...`),
+- a slash command (`/train bert-squad`, `/jobs`, `/job ID`, `/stop ID`, `/deploy ...`, `/schedule ...`,
+  `/logs ID`, `/notify ...`, `/home`: Slack's App Home as a message),
   handed to `handlers.router.run_command` exactly as Slack hands it a slash command;
 - a button label (`launch`, `stop`, optionally followed by a job id): the newest card showing that button
   is pressed through `handlers.router.run_action`, as Slack does on a click;
@@ -59,6 +60,10 @@ Commands (the same as in Slack):
   /train [PRESET] key=value ...   plan a job (presets: bert-squad, roberta-mnli, distilbert-spot); /train help
   /jobs [active]                  list jobs            /job ID      one job, its attempts and spec
   /stop ID                        stop a job           /deploy, /predict, /undeploy, /schedule  as in Slack
+  /logs ID [N]                    the last N lines of each host's log (default 40)
+  /notify on [EVENTS] | off | list | dm on|off   route job events to this console (/notify help)
+  /home                           the App Home: your jobs, the team's spend, endpoints, schedules
+  /recipe save NAME ARGS | list | show NAME | remove NAME   team recipes, then /train NAME key=value ...
 Buttons: type a card's button label to press it (launch, edit, cancel, stop, deploy); add a job id to
   pick the card, e.g. `stop $last`. Buttons you can press now: {labels}
 Console only:

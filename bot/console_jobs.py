@@ -51,6 +51,7 @@ class JobTicker:
     _seen: dict[str, _Seen] = field(default_factory=dict)
     _armed: set[str] = field(default_factory=set)  # job names waiting for their first checkpoint
     _auto_done: set[str] = field(default_factory=set)  # lineages whose one automatic reclaim is armed
+    _resume_told: set[str] = field(default_factory=set)  # job names whose resume was said in the thread
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, stop: threading.Event) -> None:
@@ -70,6 +71,7 @@ class JobTicker:
                 continue
             progress = self._progress(attempt.job_name)
             if progress is not None:
+                self._tell_resume(lineage.id, attempt.job_name)
                 self._show(lineage.id, attempt.job_name, progress)
             self._maybe_reclaim(attempt.job_name, progress)
 
@@ -93,6 +95,21 @@ class JobTicker:
         except TrainbotError:  # the job folder is not there yet (launching)
             return None
         return result
+
+    def _tell_resume(self, lineage_id: str, job_name: str) -> None:
+        """Once per job: the checkpoint it resumed from and how many steps the reclaim cost."""
+        if job_name in self._resume_told or not hasattr(self.backend, "steps_redone"):
+            return
+        try:
+            step, redone = self.backend.resumed_from_step(job_name), self.backend.steps_redone(job_name)
+        except TrainbotError:
+            return
+        self._resume_told.add(job_name)  # training has logged: any resume line is in the log already
+        if step is None:
+            return
+        lost = f"{redone} steps trained after it were lost with the reclaim and are redone" if redone is not None \
+            else "the steps after it are redone"
+        self.say(*render.thread_reply(lineage_id, [f"{job_name} resumed from the checkpoint at step {step}: {lost}"]))
 
     def _show(self, lineage_id: str, job_name: str, progress: dict[str, float | int]) -> None:
         seen = self._seen.setdefault(job_name, _Seen())
@@ -128,7 +145,8 @@ class JobTicker:
             self.say(f"console: could not take capacity from {job_name}: {exc.user_message()}")
             return
         step = f" at step {progress['step']}" if progress else ""
-        self.say(f"⚡ console: spot capacity taken from {job_name}{step} (simulated reclaim)")
+        self.say(f"⚡ console: spot capacity taken from {job_name}{step} (simulated reclaim: its processes are "
+                 "killed without a signal, as SageMaker's image never passes SIGTERM on to the script)")
 
     def _ready(self, job_name: str, progress: dict[str, float | int] | None) -> bool:
         if _has_checkpoint(self.backend, job_name):

@@ -41,6 +41,8 @@ EMOJI = {
     "chart_with_upwards_trend": "📈",
     "calendar": "📅",
     "moneybag": "$",
+    "money_with_wings": "$",
+    "chart_with_downwards_trend": "📉",
 }
 
 _LINK = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")

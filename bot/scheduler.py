@@ -29,7 +29,8 @@ from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
 from jobs.errors import ScheduleError
-from jobs.schedules.service import ScheduleService, scheduler_lease
+from jobs.schedules.service import ScheduleService
+from jobs.schedules.store import scheduler_lease
 from jobs.settings import Settings
 from jobs.store.schema import write_transaction
 

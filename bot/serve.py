@@ -1,9 +1,10 @@
 """`trainbot serve`: the Slack bot in this process, with the watcher, the outbox and the scheduler.
 
 Socket Mode (SLACK_APP_TOKEN) by default: no public URL. `--http`: an ASGI app served by uvicorn, requests
-at /slack/events and GET /healthz. A request whose signature or timestamp is missing, empty, malformed or
-stale is answered 401 before Bolt sees it (Bolt answers 500 to an empty timestamp). SIGTERM stops the
-server, then the background work (runtime.shutdown()).
+at /slack/events and GET /healthz. Every request is verified before its body is parsed (bot/slack_requests.py):
+a missing, wrong or stale signature is 401 whatever the body; a verified request that is not one Slack
+sends is 400; each with one log line, never a traceback. SIGTERM stops the server, then the background
+work (runtime.shutdown()).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -25,9 +25,11 @@ from slack_bolt import App, BoltRequest, BoltResponse
 from slack_bolt.adapter.socket_mode import SocketModeHandler
 from slack_sdk import WebClient
 
+from bot import slack_requests
 from bot.slack_app import create_app
 from bot.slack_chat import SlackChat, make_web_client
 from handlers.context import Services
+from handlers.home import HomeRefresher
 from jobs.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -37,8 +39,6 @@ log = logging.getLogger(__name__)
 
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
-MAX_CLOCK_SKEW_SECONDS = 300  # Slack's own rule: older requests may be replays
-MAX_BODY_BYTES = 1 << 20
 DISPATCH_WORKERS = 16
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -48,15 +48,37 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 # ---------------------------------------------------------------- HTTP
 
 
-class SlackHttpApp:
-    """ASGI: POST /slack/events -> Bolt (in a thread pool, so the event loop never blocks), GET /healthz."""
+class HealthApp:
+    """ASGI: GET /healthz, the one health check of both modes (HTTP serves it beside /slack/events;
+    Socket Mode, which has no HTTP server of its own, serves it alone)."""
 
-    def __init__(self, app: App, *, path: str = EVENTS_PATH, workers: int = DISPATCH_WORKERS,
+    def __init__(self, healthy: Callable[[], bool] | None = None) -> None:
+        self._healthy = healthy
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+        elif scope["type"] == "http":
+            await self.answer(scope, send)
+
+    async def answer(self, scope: Scope, send: Send) -> None:
+        if scope["path"] != HEALTH_PATH or scope["method"] not in ("GET", "HEAD"):
+            await _respond(send, 404, "not found")
+            return
+        ok = True if self._healthy is None else bool(self._healthy())
+        await _respond(send, 200 if ok else 503, json.dumps({"ok": ok}), "application/json")
+
+
+class SlackHttpApp:
+    """ASGI: POST /slack/events -> verified, checked, then Bolt (in a thread pool, so the event loop never
+    blocks); GET /healthz."""
+
+    def __init__(self, app: App, *, signing_secret: str, path: str = EVENTS_PATH, workers: int = DISPATCH_WORKERS,
                  now: Callable[[], float] = time.time, health: Callable[[], bool] | None = None) -> None:
         self._app = app
+        self._verifier = slack_requests.make_verifier(signing_secret, now)
         self._path = path
-        self._now = now
-        self._health = health
+        self._health = HealthApp(health)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="slack-http")
 
     def close(self) -> None:
@@ -69,31 +91,25 @@ class SlackHttpApp:
         if scope["type"] != "http":
             return
         method, path = scope["method"], scope["path"]
-        if path == HEALTH_PATH and method in ("GET", "HEAD"):
-            await self._healthz(send)
-        elif path == self._path and method == "POST":
+        if path == self._path and method == "POST":
             await self._events(scope, receive, send)
         else:
-            await _respond(send, 404, "not found")
-
-    async def _healthz(self, send: Send) -> None:
-        ok = True if self._health is None else bool(self._health())
-        await _respond(send, 200 if ok else 503, json.dumps({"ok": ok}), "application/json")
+            await self._health.answer(scope, send)
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
-        refusal = self._refusal(headers)
-        if refusal is not None:
-            log.info("refused a Slack request: %s", refusal)
+        body = await self._verified_body(headers, receive)
+        if body is None:
             await _respond(send, 401, "invalid request")
             return
-        body = await _read_body(receive)
-        if body is None:
-            await _respond(send, 413, "too large")
+        try:
+            parsed = slack_requests.parse(body, slack_requests.header(headers, "content-type"))
+            request = _bolt_request(parsed, scope, headers)
+        except Exception as exc:  # anything a verified body makes Bolt trip over is the body's fault
+            reason = str(exc) if isinstance(exc, slack_requests.Malformed) else f"unreadable ({type(exc).__name__})"
+            log.info("answered 400 to a signed Slack request: %s", reason)
+            await _respond(send, 400, "malformed request")
             return
-        bolt_headers: dict[str, str | Sequence[str]] = dict(headers)
-        request = BoltRequest(body=body.decode("utf-8", errors="replace"),
-                              query=scope.get("query_string", b"").decode("latin-1"), headers=bolt_headers)
         try:
             response = await asyncio.get_running_loop().run_in_executor(self._pool, self._app.dispatch, request)
         except Exception:
@@ -102,17 +118,27 @@ class SlackHttpApp:
             return
         await _send_bolt(send, response)
 
-    def _refusal(self, headers: dict[str, list[str]]) -> str | None:
-        """Why a request cannot be genuine, before its signature is checked (Bolt checks that)."""
-        timestamp = (headers.get("x-slack-request-timestamp") or [""])[0].strip()
-        signature = (headers.get("x-slack-signature") or [""])[0].strip()
-        if not timestamp or not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 12:
-            return "missing or malformed timestamp"
-        if abs(self._now() - int(timestamp)) > MAX_CLOCK_SKEW_SECONDS:
-            return "stale timestamp"
-        if not signature.startswith("v0="):
-            return "missing or malformed signature"
-        return None
+    async def _verified_body(self, headers: dict[str, list[str]], receive: Receive) -> bytes | None:
+        """The body when Slack signed it; None (and one log line) otherwise. Nothing is parsed before this."""
+        reason = slack_requests.unsigned_reason(headers)  # the body is not even read then
+        body = None if reason else await _read_body(receive)
+        if body is not None:
+            reason = slack_requests.unverified_reason(self._verifier, headers, body)
+        elif reason is None:
+            reason = f"a body over {slack_requests.MAX_BODY_BYTES} bytes, read no further"
+        if reason is not None:
+            log.info("refused an unverified Slack request: %s", reason)
+            return None
+        return body
+
+
+def _bolt_request(body: slack_requests.Body, scope: Scope, headers: dict[str, list[str]]) -> BoltRequest:
+    """A Bolt request over the body parsed and checked here. Bolt takes an already parsed body in its
+    socket_mode form only, which also skips its own signature check: that check was made above, on the
+    raw bytes. (Bolt's own parser would also take a command whose text says "payload" for an empty body.)"""
+    bolt_headers: dict[str, str | Sequence[str]] = dict(headers)
+    return BoltRequest(body=body, query=scope.get("query_string", b"").decode("latin-1"), headers=bolt_headers,
+                       mode="socket_mode")
 
 
 def _headers(scope: Scope) -> dict[str, list[str]]:
@@ -129,7 +155,7 @@ async def _read_body(receive: Receive) -> bytes | None:
         message = await receive()
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY_BYTES:
+        if size > slack_requests.MAX_BODY_BYTES:
             return None
         chunks.append(chunk)
         if not message.get("more_body"):
@@ -165,9 +191,10 @@ async def _lifespan(receive: Receive, send: Send) -> None:
             return
 
 
-def http_server(asgi: SlackHttpApp, *, host: str, port: int) -> uvicorn.Server:
+def http_server(asgi: SlackHttpApp | HealthApp, *, host: str, port: int) -> uvicorn.Server:
+    # log_config=None: uvicorn's records go where the process's own go (trainbot.log), not to a second stderr.
     config = uvicorn.Config(asgi, host=host, port=port, lifespan="on", log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=10, backlog=512)
+                            timeout_graceful_shutdown=10, backlog=512, log_config=None)
     return uvicorn.Server(config)
 
 
@@ -189,6 +216,7 @@ class SlackParts:
     chat: SlackChat
     services: Services
     app: App
+    home: HomeRefresher
 
 
 def build_slack(runtime: Runtime, *, http: bool, client: WebClient | None = None,
@@ -200,8 +228,9 @@ def build_slack(runtime: Runtime, *, http: bool, client: WebClient | None = None
     services = runtime.services()
     if services.backend is None:
         services = dataclasses.replace(services, backend=runtime.backend)
-    app = create_app(settings, services, client=client, chat=chat, http=http, verify_token=verify_token)
-    return SlackParts(client=client, chat=chat, services=services, app=app)
+    home = HomeRefresher(services, chat)
+    app = create_app(settings, services, client=client, chat=chat, http=http, verify_token=verify_token, home=home)
+    return SlackParts(client=client, chat=chat, services=services, app=app, home=home)
 
 
 def _check_settings(runtime: Runtime, *, http: bool) -> None:
@@ -218,6 +247,8 @@ def serve(runtime: Runtime, *, http: bool, port: int, host: str = "0.0.0.0") -> 
     """Run until SIGTERM or SIGINT; returns the exit status."""
     parts = build_slack(runtime, http=http)
     runtime.start_background(parts.chat)
+    # Republishes the home tabs people opened when their jobs change (debounced; see handlers/home.py).
+    threading.Thread(target=parts.home.run, args=(runtime.stop_event,), name="trainbot-home", daemon=True).start()
     try:
         if http:
             _serve_http(runtime, parts, host=host, port=port)
@@ -230,7 +261,10 @@ def serve(runtime: Runtime, *, http: bool, port: int, host: str = "0.0.0.0") -> 
 
 
 def _serve_http(runtime: Runtime, parts: SlackParts, *, host: str, port: int) -> None:
-    asgi = SlackHttpApp(parts.app, health=lambda: _store_answers(runtime))
+    secret = runtime.settings.slack_signing_secret
+    assert secret is not None  # _check_settings
+    asgi = SlackHttpApp(parts.app, signing_secret=secret.get_secret_value(),
+                        health=lambda: _store_answers(runtime))
     # uvicorn handles SIGTERM/SIGINT while it serves (a graceful exit), then raises the signal again once
     # it has stopped: these handlers take that second delivery, so the background work is shut down too.
     _install_stop_handlers(threading.Event())
@@ -262,8 +296,8 @@ def _serve_socket_mode(runtime: Runtime, parts: SlackParts, *, host: str, port: 
     assert token is not None
     stop = threading.Event()
     _install_stop_handlers(stop)
-    health = health_server(lambda: _store_answers(runtime), host=host, port=port)
-    threading.Thread(target=health.serve_forever, name="trainbot-healthz", daemon=True).start()
+    health = http_server(HealthApp(lambda: _store_answers(runtime)), host=host, port=port)
+    threading.Thread(target=health.run, name="trainbot-healthz", daemon=True).start()
     handler = socket_mode_handler(parts.app, token.get_secret_value(), parts.client)
     handler.connect()
     log.info("connected to Slack over Socket Mode; health at http://%s:%d%s", host, port, HEALTH_PATH)
@@ -272,28 +306,4 @@ def _serve_socket_mode(runtime: Runtime, parts: SlackParts, *, host: str, port: 
             pass
     finally:
         handler.close()
-        health.shutdown()
-        health.server_close()
-
-
-def health_server(healthy: Callable[[], bool], *, host: str, port: int) -> ThreadingHTTPServer:
-    """GET /healthz for Socket Mode, which has no HTTP server of its own: container health checks
-    and load balancers probe the same path in both modes."""
-
-    class HealthHandler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
-            if self.path != HEALTH_PATH:
-                self.send_error(404)
-                return
-            ok = healthy()
-            body = json.dumps({"ok": ok}).encode()
-            self.send_response(200 if ok else 503)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: Any) -> None:  # probes every few seconds: not news
-            return
-
-    return ThreadingHTTPServer((host, port), HealthHandler)
+        health.should_exit = True

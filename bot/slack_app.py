@@ -16,13 +16,17 @@ from collections.abc import Callable
 from typing import Any
 
 from slack_bolt import Ack, App, BoltRequest, BoltResponse, Respond
+from slack_bolt.error import BoltUnhandledRequestError
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from bot import slack_home
 from bot.slack_chat import SlackChat
+from handlers import blocks as bk
 from handlers import router, train
 from handlers.chat import ChatUnavailable, Reply
 from handlers.context import CommandContext, Services
+from handlers.home import HomeRefresher
 from jobs.errors import TrainbotError
 from jobs.records import Actor
 from jobs.settings import Settings
@@ -69,7 +73,7 @@ class GroupDirectory:
 
 
 def create_app(settings: Settings, services: Services, *, client: WebClient, chat: SlackChat | None = None,
-               http: bool = True, verify_token: bool = True) -> App:
+               http: bool = True, verify_token: bool = True, home: HomeRefresher | None = None) -> App:
     """The Bolt app for HTTP (`http=True`: signed requests) or Socket Mode, on the injected WebClient."""
     secret = settings.slack_signing_secret.get_secret_value() if settings.slack_signing_secret else ""
     app = App(
@@ -81,14 +85,29 @@ def create_app(settings: Settings, services: Services, *, client: WebClient, cha
         # services.run_later), and the ack body is the command's reply.
         process_before_response=True,
         logger=logging.getLogger("slack_bolt"),
+        # A request no listener takes reaches on_bolt_error (one line) instead of Bolt's multi-line warning.
+        raise_error_for_unhandled_request=True,
     )
+    app.error(on_bolt_error)
     surface = SlackSurface(services, chat or SlackChat(client), GroupDirectory(client, settings))
     app.middleware(ignore_retries)
     for command in router.SLASH_COMMANDS:
         app.command(command)(surface.command_listener())
+    slack_home.register(app, surface, home or HomeRefresher(services, surface.chat))
     app.action(re.compile(".+"))(surface.on_action)
     app.view(re.compile(".+"))(surface.on_view)
     return app
+
+
+def on_bolt_error(error: Exception, body: dict[str, Any]) -> BoltResponse:
+    """Bolt's one error handler: a request nothing listens to is 404 in one log line; anything else is a
+    bug in a listener, logged with its traceback once."""
+    if isinstance(error, BoltUnhandledRequestError):
+        kind = body.get("command") or body.get("type") or "unknown"
+        log.info("no listener for a Slack request (%s)", bk.truncate(str(kind), 80))
+        return BoltResponse(status=404, body="")
+    log.error("a Slack listener failed", exc_info=error)
+    return BoltResponse(status=500, body="")
 
 
 def ignore_retries(request: BoltRequest, next: Callable[[], BoltResponse]) -> BoltResponse:  # noqa: A002

@@ -1,6 +1,10 @@
 """The Chat port over Slack's Web API: retries 429s (RateLimitErrorRetryHandler honours Retry-After),
 paces posts to about one a second a channel, and turns every Slack failure into ChatUnavailable.
 
+Posts are never retried blindly: a post whose connection dropped or whose answer timed out may have been
+stored. The outbox's posts (MarkingChat) carry message metadata naming their row, and are looked for in the
+channel or thread (conversations.history / conversations.replies) before they are made again.
+
 Its calls run off the ack path (the background executor and the outbox thread), so the pacing sleeps
 never delay an acknowledgement.
 """
@@ -11,14 +15,19 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.error import URLError
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+from slack_sdk.http_retry.request import HttpRequest
+from slack_sdk.http_retry.response import HttpResponse
+from slack_sdk.http_retry.state import RetryState
 
-from handlers.chat import ChatUnavailable
+from handlers.chat import ChatUnavailable, Mark
 from jobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -26,6 +35,18 @@ log = logging.getLogger(__name__)
 #: chat.postMessage allows about one message a second a channel (short bursts pass).
 POST_INTERVAL_SECONDS = 1.0
 RATE_LIMIT_RETRIES = 3
+#: Methods that post: sent again after a dropped connection, they may post twice.
+POSTING_METHODS = frozenset({"chat.postMessage", "chat.postEphemeral", "chat.scheduleMessage",
+                             "files.completeUploadExternal"})
+#: The metadata event type of the outbox's posts (its payload: the Mark's fields).
+OUTBOX_EVENT = "trainbot_outbox"
+#: How far back a lost post is looked for: pages of the thread (oldest first) or of the channel (newest first).
+LOOKUP_PAGE = 200
+LOOKUP_PAGES = 5
+#: Slack errors after which a post cannot be looked for (the scope or membership is missing): it is made
+#: again, as before marks existed, and the warning says what to grant.
+UNSEARCHABLE = frozenset({"missing_scope", "not_in_channel", "thread_not_found", "channel_not_found",
+                          "not_allowed_token_type"})
 T = TypeVar("T")
 
 
@@ -37,12 +58,32 @@ def make_web_client(settings: Settings, *, timeout: int = 10) -> WebClient:
     return client
 
 
+class ConnectionRetryExceptPosts(ConnectionErrorRetryHandler):
+    """Retries a dropped connection once, except a post that may have reached Slack: only a refused
+    connection (nothing was sent) is safe to send again."""
+
+    def _can_retry(self, *, state: RetryState, request: HttpRequest, response: HttpResponse | None = None,
+                   error: Exception | None = None) -> bool:
+        method = request.url.rstrip("/").rsplit("/", 1)[-1]
+        if method in POSTING_METHODS and not _never_sent(error):
+            return False
+        return super()._can_retry(state=state, request=request, response=response, error=error)
+
+
+def _never_sent(error: Exception | None) -> bool:
+    return isinstance(error, URLError) and isinstance(error.reason, ConnectionRefusedError)
+
+
 def add_retry_handlers(client: WebClient) -> None:
-    kinds = {type(handler) for handler in client.retry_handlers}
+    """429s retried after Retry-After; dropped connections retried once, posts excepted. (The client's
+    default ConnectionErrorRetryHandler would send a post again after its connection dropped.)"""
+    handlers = [h for h in client.retry_handlers if type(h) is not ConnectionErrorRetryHandler]
+    kinds = {type(handler) for handler in handlers}
     if RateLimitErrorRetryHandler not in kinds:
-        client.retry_handlers.append(RateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES))
-    if ConnectionErrorRetryHandler not in kinds:
-        client.retry_handlers.append(ConnectionErrorRetryHandler(max_retry_count=1))
+        handlers.append(RateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES))
+    if ConnectionRetryExceptPosts not in kinds:
+        handlers.append(ConnectionRetryExceptPosts(max_retry_count=1))
+    client.retry_handlers = handlers
 
 
 class ChannelPacer:
@@ -70,13 +111,14 @@ class ChannelPacer:
 
 
 class SlackChat:
-    """handlers.chat.Chat (and ModalChat) over a slack_sdk WebClient."""
+    """handlers.chat.Chat (and ModalChat, MarkingChat) over a slack_sdk WebClient."""
 
     def __init__(self, client: WebClient, *, pacer: ChannelPacer | None = None) -> None:
         add_retry_handlers(client)
         self._client = client
         self._pacer = pacer or ChannelPacer()
         self._dm_channels: dict[str, str] = {}
+        self._permalinks: dict[tuple[str, str], str] = {}
 
     @property
     def client(self) -> WebClient:
@@ -88,6 +130,24 @@ class SlackChat:
         response = self._call("chat.postMessage", lambda: self._client.chat_postMessage(
             channel=channel, text=text, blocks=blocks or None, thread_ts=thread_ts, unfurl_links=False))
         return str(response["ts"])
+
+    def post_once(self, channel: str, text: str, *, mark: Mark, blocks: list[dict] | None = None,
+                  thread_ts: str | None = None, look_first: bool = False) -> str:
+        if look_first:
+            found = self._find(channel, mark, thread_ts)
+            if found is not None:
+                log.info("outbox %s (%s) was posted already, as %s", mark.outbox_id, mark.step, found)
+                return found
+        self._pacer.wait(channel)
+        metadata = {"event_type": OUTBOX_EVENT, "event_payload": _payload(mark)}
+        response = self._call("chat.postMessage", lambda: self._client.chat_postMessage(
+            channel=channel, text=text, blocks=blocks or None, thread_ts=thread_ts, unfurl_links=False,
+            metadata=metadata))
+        return str(response["ts"])
+
+    def dm_once(self, user: str, text: str, *, mark: Mark, blocks: list[dict] | None = None,
+                look_first: bool = False) -> None:
+        self.post_once(self._dm_channel(user), text, mark=mark, blocks=blocks, look_first=look_first)
 
     def update(self, channel: str, ts: str, text: str, *, blocks: list[dict] | None = None) -> None:
         self._call("chat.update", lambda: self._client.chat_update(
@@ -109,11 +169,62 @@ class SlackChat:
     def open_modal(self, trigger_id: str, view: dict[str, Any]) -> None:
         self._call("views.open", lambda: self._client.views_open(trigger_id=trigger_id, view=view))
 
+    def permalink(self, channel: str, ts: str) -> str | None:
+        """chat.getPermalink, remembered (a message's permalink never changes)."""
+        key = (channel, ts)
+        if key not in self._permalinks:
+            response = self._call("chat.getPermalink", lambda: self._client.chat_getPermalink(
+                channel=channel, message_ts=ts))
+            self._permalinks[key] = str(response["permalink"])
+        return self._permalinks[key]
+
+    def publish_home(self, user: str, view: dict[str, Any]) -> None:
+        self._call("views.publish", lambda: self._client.views_publish(user_id=user, view=view))
+
+    def dm_channel(self, user: str) -> str:
+        """The bot's direct-message channel with ``user`` (conversations.open, remembered)."""
+        return self._dm_channel(user)
+
     def _dm_channel(self, user: str) -> str:
         if user not in self._dm_channels:
             response = self._call("conversations.open", lambda: self._client.conversations_open(users=user))
             self._dm_channels[user] = str(response["channel"]["id"])
         return self._dm_channels[user]
+
+    def _find(self, channel: str, mark: Mark, thread_ts: str | None) -> str | None:
+        """The ts of the message carrying `mark` in the thread (or the channel's latest messages); None
+        when it is not there, or cannot be looked for (then it is posted again, with a warning)."""
+        method = "conversations.replies" if thread_ts else "conversations.history"
+        wanted = _payload(mark)
+        cursor: str | None = None
+        try:
+            for _ in range(LOOKUP_PAGES):
+                page = self._call(method, partial(self._history_page, channel, thread_ts, cursor))
+                for message in page.get("messages") or []:
+                    metadata = message.get("metadata") or {}
+                    if metadata.get("event_type") == OUTBOX_EVENT and metadata.get("event_payload") == wanted:
+                        return str(message["ts"])
+                cursor = (page.get("response_metadata") or {}).get("next_cursor") or None
+                if cursor is None:
+                    return None
+        except _Unsearchable as exc:
+            log.warning("cannot look for outbox %s in %s (%s): posting it again; grant the bot the "
+                        "channels:history, groups:history and im:history scopes and invite it to the channel",
+                        mark.outbox_id, channel, exc)
+        return None
+
+    def _history_page(self, channel: str, thread_ts: str | None, cursor: str | None) -> Any:
+        try:
+            if thread_ts:
+                return self._client.conversations_replies(channel=channel, ts=thread_ts, cursor=cursor,
+                                                          limit=LOOKUP_PAGE, include_all_metadata=True)
+            return self._client.conversations_history(channel=channel, cursor=cursor, limit=LOOKUP_PAGE,
+                                                      include_all_metadata=True)
+        except SlackApiError as exc:
+            error = exc.response.get("error", "") if exc.response is not None else ""
+            if error in UNSEARCHABLE:
+                raise _Unsearchable(error) from None
+            raise
 
     def _call(self, method: str, call: Callable[[], T]) -> T:
         try:
@@ -125,3 +236,11 @@ class SlackChat:
         except (SlackClientError, OSError) as exc:
             log.warning("Slack %s unreachable: %s", method, type(exc).__name__)
             raise ChatUnavailable(f"Slack {method} unreachable: {type(exc).__name__}") from None
+
+
+class _Unsearchable(Exception):
+    """Slack will not show this channel's history to the bot (scope, membership)."""
+
+
+def _payload(mark: Mark) -> dict[str, Any]:
+    return {"outbox_id": mark.outbox_id, "step": mark.step, "key": mark.key}

@@ -22,6 +22,8 @@ from jobs.errors import ConfigError
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.state import LineageStatus
 from jobs.lifecycle.watcher import Watcher
+from jobs.planning.reader import CommandReader
+from jobs.recipes.service import RecipeBook
 from jobs.settings import Settings
 from jobs.store.store import Store
 
@@ -48,6 +50,7 @@ class Runtime:
     schedules: Any = None
     endpoints: Any = None
     events: Any = None  # jobs.backends.sagemaker_events.EventQueue when TRAINBOT_EVENTS_QUEUE is set
+    recipes: Any = None
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="trainbot-work")
     )
@@ -70,6 +73,7 @@ class Runtime:
                 endpoints=self.endpoints,
                 run_later=self.run_later,
                 backend=self.backend,
+                recipes=self.recipes,
             )
         return self._services
 
@@ -234,13 +238,35 @@ def build_runtime(
     store = Store(settings.database_url, clock=clock)
     store.migrate()
     backend = backend or _build_backend(settings, clock, force_local=force_local)
-    jobs = JobService(store=store, backend=backend, settings=settings, clock=clock)
+    recipes = RecipeBook(store=store, settings=settings, clock=clock)
+    jobs = JobService(store=store, backend=backend, settings=settings, clock=clock, reader=command_reader(settings, recipes))
     watcher = Watcher(store=store, backend=backend, clock=clock, settings=settings)
     runtime = Runtime(settings=settings, clock=clock, store=store, backend=backend, jobs=jobs, watcher=watcher)
+    runtime.recipes = recipes
     runtime.schedules = _build_schedules(runtime)
     runtime.endpoints = _build_endpoints(runtime)
     runtime.events = _build_events(runtime)
     return runtime
+
+
+def command_reader(settings: Settings, recipes: RecipeBook | None) -> CommandReader:
+    """How /train text becomes a spec here: the team's recipes, then own code allowed and pinned with git."""
+    from jobs.backends.code_sources import GitCodeSources
+
+    return CommandReader.of(
+        max_instances=settings.trainbot_max_instances,
+        code_sources=settings.trainbot_code_sources,
+        resolver=GitCodeSources(settings.trainbot_home),
+        recipes=recipes.lookup if recipes is not None else None,
+    )
+
+
+def recipe_book(settings: Settings, clock: Clock | None = None) -> RecipeBook:
+    """The recipes alone (``trainbot parse``, ``trainbot recipe ...``): no backend is built."""
+    clock = clock or SystemClock()
+    store = Store(settings.database_url, clock=clock)
+    store.migrate()
+    return RecipeBook(store=store, settings=settings, clock=clock)
 
 
 def _build_backend(settings: Settings, clock: Clock, *, force_local: bool) -> TrainingBackend:

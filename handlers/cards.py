@@ -10,6 +10,8 @@ from typing import Any
 
 from handlers import blocks as bk
 from handlers import texts
+from jobs.planning.own_code import SPOT_RESUME_NOTE
+from jobs.planning.plan import code_label
 from jobs.planning.pricing import CostEstimate, cost_of, usd
 from jobs.planning.spec import JobSpec
 from jobs.store.store import Attempt, Lineage
@@ -19,6 +21,8 @@ ACTION_EDIT = "train.edit"
 ACTION_CANCEL = "train.cancel"
 ACTION_STOP = "job.stop"
 ACTION_DEPLOY = "job.deploy"
+ACTION_LOGS = "job.logs"
+ACTION_UNDEPLOY = "endpoint.undeploy"
 EDIT_CALLBACK = "train.edit_submit"
 
 
@@ -27,7 +31,7 @@ EDIT_CALLBACK = "train.edit_submit"
 
 def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
     pairs = [
-        ("Task", spec.task),
+        ("Task", spec.task or "own code"),
         ("Model", bk.escape(spec.model)),
         ("Dataset", bk.escape(spec.train_data or spec.dataset)),
         ("Instances", f"{spec.instance_count} x {spec.instance_type}"),
@@ -39,6 +43,11 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
         pairs.append(("Max wait", duration(spec.max_wait)))
     pairs.append(("Versions", f"transformers {spec.transformers_version}, pytorch {spec.pytorch_version}, "
                               f"{spec.py_version}"))
+    if spec.notify == "dm":
+        pairs.append(("Notify", "a DM when it ends"))
+    if spec.own_code:
+        code = texts.PLAN_CODE_VALUE.format(code=code_label(spec), entry=spec.entry)
+        pairs.append((texts.PLAN_CODE, bk.escape(code)))
     if spec.hyperparameters:
         hps = ", ".join(f"{k}={v}" for k, v in spec.hyperparameters.items())
         pairs.append(("Hyperparameters", bk.escape(hps)))
@@ -56,13 +65,23 @@ def cost_lines(cost: CostEstimate, max_job_usd: float | None) -> list[str]:
     return lines
 
 
+def checkpoint_line(minutes: float, save_steps: object) -> str:
+    """The most work an interruption can cost: the image never passes SIGTERM on, so only saves count."""
+    shown = f"{minutes:g} min" if minutes >= 1 else f"{minutes * 60:g} s"
+    return texts.PLAN_CHECKPOINTS.format(minutes=shown, steps=save_steps if save_steps else 500)
+
+
 def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, scaling_note: str | None,
               max_job_usd: float | None, spot_pct_if_on: float | None = None) -> list[bk.Block]:
     """The ephemeral card /train answers with: spec, cost, spot savings, the backend's note, buttons."""
     title = texts.PLAN_TITLE.format(model=spec.model, count=spec.instance_count, instance=spec.instance_type)
     lines = cost_lines(cost, max_job_usd)
+    if spec.checkpoint_minutes is not None:
+        lines.append(checkpoint_line(spec.checkpoint_minutes, spec.hyperparameters.get("save_steps")))
     if not spec.spot and spot_pct_if_on:
         lines.append(texts.PLAN_SPOT_OFF.format(pct=spot_pct_if_on))
+    if spec.spot and spec.own_code:
+        lines.append(SPOT_RESUME_NOTE)  # what a team's script must do to resume after an interruption
     body: list[bk.Block] = [bk.header(title), bk.context(texts.PLAN_COMMAND.format(command=bk.escape(command)))]
     body += bk.fields(spec_pairs(spec))
     body.append(bk.section("\n".join(lines)))
@@ -134,6 +153,8 @@ def card_buttons(lineage: Lineage) -> list[bk.Block]:
         buttons.append(stop_button(lineage.id))
     if lineage.status.value == "completed":
         buttons.append(bk.button(texts.BUTTON_DEPLOY, ACTION_DEPLOY, lineage.id, style="primary"))
+    if lineage.status.value in ("failed", "gave_up"):
+        buttons.append(bk.button(texts.BUTTON_LOGS, ACTION_LOGS, lineage.id))
     return buttons
 
 
@@ -217,6 +238,8 @@ def report_blocks(lineage_id: str, report: dict[str, Any], summary: str) -> list
 
 def _cost_pairs(report: dict[str, Any]) -> list[tuple[str, str]]:
     pairs = []
+    if report.get("code"):
+        pairs.append((texts.REPORT_CODE, bk.escape(str(report["code"]))))
     if isinstance(report.get("cost_usd"), int | float):
         cost = usd(float(report["cost_usd"]))
         on_demand = report.get("on_demand_usd")

@@ -39,9 +39,50 @@ class ModalChat(Protocol):
 
 
 @dataclass(frozen=True)
+class Mark:
+    """What makes a posted message findable again: the outbox row that posted it and the step of its delivery."""
+
+    outbox_id: int
+    step: str  # "card", "post", "dm"
+    key: str  # the row's dedup key, so outboxes of two bots in one channel never match each other's posts
+
+
+@runtime_checkable
+class MarkingChat(Protocol):
+    """An optional extension for surfaces where a post can be stored although its answer never came back
+    (Slack: a timeout, a dropped connection). Each post carries its Mark; with `look_first` the surface
+    looks for it in the channel or thread and posts only when it is not there, so a retried delivery
+    posts once. The console does not need it: its posts cannot be half done."""
+
+    def post_once(self, channel: str, text: str, *, mark: Mark, blocks: list[dict] | None = None,
+                  thread_ts: str | None = None, look_first: bool = False) -> str:
+        """The ts of the message: the one found, or the one posted now."""
+        ...
+
+    def dm_once(self, user: str, text: str, *, mark: Mark, blocks: list[dict] | None = None,
+                look_first: bool = False) -> None: ...
+
+
+@dataclass(frozen=True)
 class Reply:
     """What a command handler answers at once (the ack)."""
 
     text: str
     blocks: list[dict] = field(default_factory=list)
     ephemeral: bool = True
+
+
+@runtime_checkable
+class LinkingChat(Protocol):
+    """An optional extension: surfaces with message permalinks (Slack's chat.getPermalink)."""
+
+    def permalink(self, channel: str, ts: str) -> str | None:
+        """A URL of the message, or None when the chat cannot give one now."""
+        ...
+
+
+@runtime_checkable
+class HomeChat(Protocol):
+    """An optional extension: surfaces with a per-user home tab (Slack's views.publish)."""
+
+    def publish_home(self, user: str, view: dict[str, Any]) -> None: ...

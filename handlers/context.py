@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from jobs.backend import TrainingBackend
     from jobs.endpoints.service import EndpointService
     from jobs.lifecycle.service import JobService
+    from jobs.recipes.service import RecipeBook
     from jobs.schedules.service import ScheduleService
     from jobs.store.store import Store
 
@@ -58,6 +59,7 @@ class Services:
     run_later: Callable[[Callable[[], None]], None] = run_inline  # a bounded executor: work off the ack path
     backend: TrainingBackend | None = None  # for its scaling_note and console links
     launch_guard: RequestGuard = field(default_factory=RequestGuard)
+    recipes: RecipeBook | None = None
 
 
 @dataclass(frozen=True)

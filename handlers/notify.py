@@ -1,8 +1,14 @@
 """Delivers the watcher's due outbox notifications into each lineage's thread.
 
 For each one: a thread reply rendered for its kind, the card redrawn in place, a DM to the launcher when
-the job failed or was given up on, and the loss-curve PNG with the final report. A chat error defers the
-notification with a backoff (the steps already done are remembered), so an outage delays and never drops.
+the job ended and they want one (handlers/routing.py decides), the loss-curve PNG with the final report,
+then the fan-out to subscribed channels (routing.fan_out queues their lines through this same outbox). A chat
+error defers the notification with a backoff (the steps already done are remembered), so an outage delays
+and never drops.
+
+A post whose answer was lost may still have been made. Where the chat can mark its posts (Slack, see
+handlers.chat.MarkingChat), every post carries its row and step, and a row that may have been tried
+before looks for its post before making it again: one message in the thread however often it is retried.
 """
 
 from __future__ import annotations
@@ -14,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from handlers import blocks as bk
-from handlers import cards, texts
-from handlers.chat import Chat, ChatUnavailable
+from handlers import cards, routing, texts
+from handlers.chat import Chat, ChatUnavailable, Mark, MarkingChat
 from handlers.context import Services
 from jobs.errors import NotFound
 from jobs.lifecycle import events
@@ -60,6 +66,8 @@ def deliver_one(services: Services, chat: Chat, notification: Notification) -> b
     done = _progress(services, notification)
     try:
         _deliver(services, chat, notification, done)
+        if notification.kind not in routing.KINDS:
+            _step(done, "route", lambda: routing.fan_out(services, notification))
     except _NotYet:
         store.defer(notification.id, until=services.clock.now() + CARD_WAIT, error="card not posted yet")
         return False
@@ -96,23 +104,29 @@ def _step(done: set[str], name: str, call: Callable[[], object]) -> None:
 
 
 def _deliver(services: Services, chat: Chat, notification: Notification, done: set[str]) -> None:
+    if notification.kind in routing.KINDS:  # a routed line for a subscribed channel
+        routing.deliver(services, chat, notification,
+                        post=lambda channel, text: _post(chat, notification, "post", channel, text))
+        return
     lineage = _lineage_of(services, notification)
     channel = (lineage.channel if lineage else None) or notification.channel
     if channel is None:
         log.info("notification %s has no chat to go to (launched outside one)", notification.id)
         return
     if lineage is not None and lineage.message_ts is None:
-        lineage = _with_card(services, chat, lineage, channel, done)
+        lineage = _with_card(services, chat, notification, lineage, channel, done)
     thread_ts = lineage.message_ts if lineage else None
     payload = notification.payload
     text, blocks = render(services, notification.kind, payload)
-    _step(done, "post", lambda: chat.post(channel, text, blocks=blocks, thread_ts=thread_ts))
+    _step(done, "post", lambda: _post(chat, notification, "post", channel, text, blocks=blocks,
+                                      thread_ts=thread_ts))
     if lineage is not None and lineage.message_ts:
         fresh = services.store.get_lineage(lineage.id)
         card_text, card_blocks = cards.launch_card(fresh)
         _step(done, "card", lambda: chat.update(channel, str(lineage.message_ts), card_text, blocks=card_blocks))
-    if notification.kind in (events.FAILED, events.GAVE_UP) and lineage is not None:
-        _step(done, "dm", lambda: chat.dm(lineage.launched_by, dm_text(notification.kind, lineage, payload)))
+    if lineage is not None and routing.wants_dm(services, notification.kind, lineage):
+        _step(done, "dm", lambda: _dm(chat, notification, lineage.launched_by,
+                                      routing.dm_text(services, chat, notification.kind, lineage, payload)))
     png = payload.get("png_path")
     if notification.kind == events.COMPLETED and png and Path(png).is_file():
         title = texts.REPORT_PLOT_TITLE.format(lineage=payload.get("lineage_id", ""))
@@ -129,17 +143,43 @@ def _lineage_of(services: Services, notification: Notification) -> Lineage | Non
         return None
 
 
-def _with_card(services: Services, chat: Chat, lineage: Lineage, channel: str, done: set[str]) -> Lineage:
+def _with_card(services: Services, chat: Chat, notification: Notification, lineage: Lineage, channel: str,
+               done: set[str]) -> Lineage:
     """A lineage with no card yet: a Slack launch is posting it right now (wait a little); anything else
     (a schedule, a launch whose card post failed) gets its card here, so its thread exists."""
     young = services.clock.now() - lineage.created_at < CARD_GRACE
     if lineage.origin == "slack" and young:
         raise _NotYet
     text, blocks = cards.launch_card(lineage)
-    ts = chat.post(channel, text, blocks=blocks)
+    ts = _post(chat, notification, "card", channel, text, blocks=blocks)
     services.jobs.attach_message(lineage.id, channel, ts)
     done.add("card")
     return services.store.get_lineage(lineage.id)
+
+
+def _post(chat: Chat, notification: Notification, step: str, channel: str, text: str, *,
+          blocks: list[bk.Block] | None = None, thread_ts: str | None = None) -> str:
+    if not isinstance(chat, MarkingChat):
+        return chat.post(channel, text, blocks=blocks, thread_ts=thread_ts)
+    return chat.post_once(channel, text, mark=_mark(notification, step), blocks=blocks, thread_ts=thread_ts,
+                          look_first=_tried_before(notification))
+
+
+def _dm(chat: Chat, notification: Notification, user: str, text: str) -> None:
+    if not isinstance(chat, MarkingChat):
+        chat.dm(user, text)
+        return
+    chat.dm_once(user, text, mark=_mark(notification, "dm"), look_first=_tried_before(notification))
+
+
+def _mark(notification: Notification, step: str) -> Mark:
+    return Mark(outbox_id=notification.id, step=step, key=notification.dedup_key)
+
+
+def _tried_before(notification: Notification) -> bool:
+    """A delivery of this row may have posted before: it was deferred, or claimed by a process that then
+    stopped (its claim moved the row's next try past its creation)."""
+    return notification.attempts > 0 or notification.next_try_at > notification.created_at
 
 
 # ---------------------------------------------------------------- rendering
@@ -178,10 +218,3 @@ def logs_link(services: Services, job_name: object) -> str | None:
         log.warning("no console links for %s", job_name)
         return None
     return link if link and link.startswith(("http://", "https://")) else None
-
-
-def dm_text(kind: str, lineage: Lineage, payload: dict[str, Any]) -> str:
-    reason = str(payload.get("reason") or "no reason given")
-    where = texts.THREAD_LINK.format(channel=lineage.channel) if lineage.channel else lineage.id
-    template = texts.FAILED_DM if kind == events.FAILED else texts.GAVE_UP_DM
-    return bk.fallback(template.format(lineage=lineage.id, reason=bk.escape(reason), link=where))

@@ -2,6 +2,10 @@
 
 `run_command`, `run_action` and `run_submission` are where every `jobs.errors` exception becomes a
 one-sentence (ephemeral) reply; refusals are audited here; nothing else ever reaches a person.
+
+They are also the one gate of TRAINBOT_ALLOWED_USERS / TRAINBOT_ALLOWED_CHANNELS: every command (reads such as
+/jobs and /schedule list, and help, included), every button and every modal is refused to an actor outside
+them before its handler runs. The console and the CLI pass as admins (jobs.permissions).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from handlers import blocks as bk
-from handlers import cards, endpoints, jobs, schedule, texts, train
+from handlers import cards, endpoints, home, jobs, logs, recipe, schedule, subscriptions, texts, train
 from handlers.chat import Reply
 from handlers.context import CommandContext
 from jobs.errors import PermissionDenied, TrainbotError
@@ -31,6 +35,10 @@ COMMANDS: dict[str, CommandHandler] = {
     "predict": endpoints.handle_predict,
     "undeploy": endpoints.handle_undeploy,
     "schedule": schedule.handle_schedule,
+    "notify": subscriptions.handle_notify,
+    "logs": logs.handle_logs,
+    "home": home.handle_home,
+    "recipe": recipe.handle_recipe,
 }
 
 ACTIONS: dict[str, ActionHandler] = {
@@ -39,6 +47,8 @@ ACTIONS: dict[str, ActionHandler] = {
     cards.ACTION_CANCEL: train.on_cancel,
     cards.ACTION_STOP: jobs.on_stop,
     cards.ACTION_DEPLOY: endpoints.on_deploy,
+    cards.ACTION_LOGS: logs.on_logs,
+    cards.ACTION_UNDEPLOY: home.on_undeploy,
 }
 
 SUBMISSIONS: dict[str, SubmissionHandler] = {
@@ -54,6 +64,7 @@ def run_command(ctx: CommandContext, name: str, text: str) -> Reply:
     if handler is None:
         return Reply(text=texts.UNKNOWN_COMMAND.format(name=bk.escape(name)))
     try:
+        _check_access(ctx)
         return handler(ctx, text)
     except Exception as exc:
         return reply_for_error(ctx, exc, name, text)
@@ -64,6 +75,7 @@ def run_action(ctx: CommandContext, action_id: str, value: str) -> Reply | None:
     if handler is None:
         return Reply(text=texts.UNKNOWN_ACTION)
     try:
+        _check_access(ctx)
         return handler(ctx, value)
     except Exception as exc:
         return reply_for_error(ctx, exc, action_id, value)
@@ -75,11 +87,17 @@ def run_submission(ctx: CommandContext, callback_id: str, values: dict[str, str]
     if handler is None:
         return Reply(text=texts.UNKNOWN_ACTION)
     try:
+        _check_access(ctx)
         return handler(ctx, values)
     except train.FieldErrors:
         raise
     except Exception as exc:
         return reply_for_error(ctx, exc, callback_id, "")
+
+
+def _check_access(ctx: CommandContext) -> None:
+    """PermissionDenied (answered and audited by reply_for_error) unless the actor may use the bot here."""
+    ctx.services.jobs.policy.check_can_use(ctx.actor)
 
 
 def reply_for_error(ctx: CommandContext, exc: Exception, action: str, target: str) -> Reply:

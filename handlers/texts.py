@@ -24,6 +24,10 @@ PLAN_SPOT_OFF = "On demand. With spot=yes it would cost about {pct:.0f}% less (c
 PLAN_COST = "Expected {expected}, worst case {worst} ({hourly}/h for all instances)."
 PLAN_BUDGET = "Per-job cap {cap}."
 PLAN_SCALING = ":information_source: {note}"
+PLAN_CHECKPOINTS = (
+    "Checkpoints at least every {minutes} (and every {steps} steps): an interruption costs at most {minutes} of "
+    "training."
+)
 PLAN_COMMAND = "`{command}`"
 BUTTON_LAUNCH = "Launch"
 BUTTON_EDIT = "Edit"
@@ -102,9 +106,93 @@ REPORT_SAVINGS = "Spot savings"
 REPORT_DURATION = "Training time"
 REPORT_LINKS = "Links"
 REPORT_ATTEMPTS = "Attempts"
+REPORT_CODE = "Code"
+PLAN_CODE = "Code"
+PLAN_CODE_VALUE = "{code}, entry {entry}"
 REPORT_PLOT_TITLE = "Loss curve of {lineage}"
 LOG_CUT = "… {count} earlier lines cut."
-FAILED_DM = "Your job {lineage} failed: {reason}. The log tail is in its thread: {link}"
-GAVE_UP_DM = "Trainbot gave up on your job {lineage}: {reason}. Details are in its thread: {link}"
 THREAD_LINK = "<#{channel}>"
 BLOCKS_CUT = "… {count} more cut."
+
+# ---------------------------------------------------------------- routed notifications (/notify)
+#: One short line per event in a subscribed channel; {link} is the job's thread (a permalink where the chat
+#: has them, else the channel), {who} the launcher.
+ROUTED = {
+    "launched": ":rocket: *{lineage}* launched by {who}: {model} on {count} x {instance}{spot}. {link}",
+    "interrupted": ":pause_button: *{lineage}*: spot capacity for {instance} was reclaimed; SageMaker resumes "
+                   "it from its checkpoint ({who}). {link}",
+    "relaunched": ":recycle: *{lineage}* relaunched as {job} (attempt {attempt}, {instance}, {market}) ({who}). {link}",
+    "completed": ":white_check_mark: *{lineage}* completed{metrics}, cost {cost} ({who}). {link}",
+    "failed": ":x: *{lineage}* failed: {reason} ({who}). {link}",
+    "gave-up": ":warning: *{lineage}*: gave up after {attempts} attempts: {reason} ({who}). {link}",
+    "regression": ":chart_with_downwards_trend: *{lineage}* (schedule {schedule}) regressed against {previous}: "
+                  "{changes} ({who}). {link}",
+    "endpoint-idle": ":money_with_wings: {count} endpoint(s) idle for more than {hours} h: {names}; "
+                     "{total} so far. `/undeploy NAME` stops the cost.",
+}
+ROUTED_LINK = "<{url}|Thread>"
+ROUTED_NO_THREAD = "(no thread: launched outside a channel)"
+METRICS_PREFIX = ": "
+REGRESSION_CHANGE = "{name} {before:g} → {after:g} ({points:+.2f} points)"
+
+# ---------------------------------------------------------------- DMs when a job ends
+DM = {
+    "completed": "Your job *{lineage}* completed{metrics}. Cost {cost}{savings}. {link}",
+    "failed": "Your job *{lineage}* failed: {reason}. Cost {cost}. The last log lines are in its thread "
+              "(`/logs {lineage}` shows more): {link}",
+    "gave_up": "Trainbot gave up on your job *{lineage}* after {attempts} attempts: {reason}. Cost {cost}. {link}",
+    "stopped": "Your job *{lineage}* was stopped{reason}. Cost {cost}. {link}",
+}
+DM_SAVINGS = ", spot savings {savings}"
+THREAD_IN = "Its thread: {link}"
+
+# ---------------------------------------------------------------- /notify
+NOTIFY_ON = "This channel now gets {events} for {what}."
+NOTIFY_REPLACED = "This channel's subscription for {what} now has {events} (it had {old})."
+NOTIFY_NO_SCHEDULE = " (No schedule is named {name} yet: it applies once one is.)"
+NOTIFY_OFF = "Removed {count} subscription(s) from this channel."
+NOTIFY_OFF_NONE = "This channel has no subscription{what}; /notify list shows them."
+NOTIFY_OFF_KEPT = " {count} added by someone else stay(s) ({who}): only they or an admin may remove them."
+NOTIFY_LIST_EMPTY = "This channel has no subscriptions. /notify on subscribes it to failed, gave-up and regression."
+NOTIFY_LIST_HEAD = "This channel's subscriptions:"
+NOTIFY_LIST_LINE = "• {events} for {what} (added by {who})"
+NOTIFY_DM_STATE = "Your DMs: {state}."
+NOTIFY_DM_ON = "You will get a DM when each of your jobs ends (notify=none on /train skips one)."
+NOTIFY_DM_OFF = "No more DMs when your jobs end, failures included (notify=dm on /train asks for one)."
+NOTIFY_DM_DEFAULT = "failures and give-ups only (the default; /notify dm on for every ending)"
+
+# ---------------------------------------------------------------- /logs and the Logs button
+USAGE_LOGS = "Usage: /logs JOB [N]: the last N lines (default 40, at most 500) of each host's log. /jobs lists the jobs."
+LOGS_FETCHING = "Reading the last {lines} lines of {job}'s log…"
+LOGS_TITLE = "Logs of {job}: last {lines} lines of {hosts} host(s)"
+LOGS_HOST = "*{label}* ({count} lines)"
+LOGS_EMPTY = "{job} has no log lines yet."
+LOGS_FILE = "{job}: {count} log lines of {hosts} host(s) are longer than a message; they are in the file {where}."
+LOGS_FILE_TITLE = "Last {lines} lines of {job}'s log ({hosts} host(s))"
+LOGS_FILE_THREAD = "posted in the job's thread"
+LOGS_FILE_HERE = "posted in this channel"
+LOGS_FAILED = "Could not read the logs of {job}: {reason}"
+BUTTON_LOGS = "Logs"
+BUTTON_UNDEPLOY = "Undeploy"
+
+# ---------------------------------------------------------------- the App Home (and /home in the console)
+HOME_TITLE = "trainbot"
+HOME_UPDATED = "For {who} · updated {at} · /train to start a job, /notify to route notifications"
+HOME_RUNNING = "Your running jobs"
+HOME_RUNNING_NONE = "Nothing of yours is running. `/train bert-squad spot=yes` starts one."
+HOME_RUNNING_LINE = "*{lineage}* {status} · {model} on {count} x {instance}{spot}{step} · {cost} so far"
+HOME_STEP = " · step {step}/{total}"
+HOME_RECENT = "Your recent jobs"
+HOME_RECENT_NONE = "No ended jobs yet."
+HOME_RECENT_LINE = "*{lineage}* {status} · {model} · {cost} · ended {ended}"
+HOME_SPEND = "Team spend"
+HOME_SPEND_LINE = "Today {today} · this week {week}"
+HOME_BUDGET_LINE = "Today's jobs and endpoints could cost up to {committed} of the {budget} daily budget ({pct:.0f}%)."
+HOME_NO_BUDGET = "No daily budget is set (TRAINBOT_DAILY_BUDGET_USD)."
+HOME_ENDPOINTS = "Live endpoints"
+HOME_ENDPOINTS_NONE = "No endpoints are up."
+HOME_ENDPOINT_LINE = "*{name}* {status} · {where} · {hourly} · from {lineage}"
+HOME_SCHEDULES = "Schedules"
+HOME_SCHEDULES_NONE = "No schedules. `/schedule add NAME cron=\"0 2 * * *\" TEXT` adds one."
+HOME_SCHEDULE_LINE = "*{name}* `{cron}` ({tz}) · next run {next_run}"
+HOME_MORE = "… and {count} more."

@@ -47,7 +47,6 @@ def handle_train(ctx: CommandContext, text: str) -> Reply:
     help_text = general_help() if not text else help_for(text)
     if help_text is not None:
         return Reply(text=f"```{bk.truncate(help_text, bk.MAX_TEXT - 6)}```")
-    ctx.services.jobs.policy.check_can_use(ctx.actor)
     return plan_reply(ctx, text)
 
 
@@ -97,10 +96,10 @@ def decode_value(ctx: CommandContext, value: str) -> tuple[str, str]:
 
 
 def on_launch(ctx: CommandContext, value: str) -> Reply | None:
-    """Checked again at the click (not only when the card was drawn), then launched off the ack path."""
+    """Access is checked again at the click (router), not only when the card was drawn; launched off the
+    ack path."""
     request_id, text = decode_value(ctx, value)
     services = ctx.services
-    services.jobs.policy.check_can_use(ctx.actor)
     existing = services.store.find_by_request(request_id)
     if existing is not None:
         return Reply(text=texts.ALREADY_LAUNCHED.format(lineage=existing.id))
@@ -245,7 +244,6 @@ def on_edit_submitted(ctx: CommandContext, values: dict[str, str]) -> Reply:
     """The modal's fields as a command: a fresh plan card (FieldErrors for the modal when it fails)."""
     text = command_from_fields(values)
     try:
-        ctx.services.jobs.policy.check_can_use(ctx.actor)
         return plan_reply(ctx, text)
     except SpecError as exc:
         raise FieldErrors({_field_of(exc.user_message()): exc.user_message()}) from None

@@ -1,4 +1,5 @@
-"""Who may launch, stop and deploy: the rules only (handlers and the service enforce them and audit refusals).
+"""Who may use the bot, and who may stop and deploy: the rules only (handlers.router checks every command,
+button and modal against check_can_use and audits refusals; the services check again).
 
 - TRAINBOT_ALLOWED_USERS: user IDs (U..., W...) and user-group IDs (S..., matched against Actor.groups).
 - TRAINBOT_ALLOWED_CHANNELS: channel IDs (C..., G..., D...).
@@ -52,14 +53,14 @@ class AccessPolicy:
         if self.allowed_users and not _matches(actor, self.allowed_users):
             log.info("refused %s: not in TRAINBOT_ALLOWED_USERS", actor.user_id)
             raise PermissionDenied(
-                f"You ({actor.user_id}) are not allowed to run training jobs: only the users and user groups "
+                f"You ({actor.user_id}) are not allowed to use trainbot: only the users and user groups "
                 f"in TRAINBOT_ALLOWED_USERS may; ask an admin ({self._admin_names()}) to add your ID there."
             )
         if self.allowed_channels and not self._channel_allowed(actor):
             where = actor.channel_id or "outside a channel"
             log.info("refused %s in %s: channel not in TRAINBOT_ALLOWED_CHANNELS", actor.user_id, where)
             raise PermissionDenied(
-                f"Training jobs cannot be run from here ({where}): use one of the channels in "
+                f"trainbot cannot be used from here ({where}): use one of the channels in "
                 f"TRAINBOT_ALLOWED_CHANNELS ({_listed(self.allowed_channels)}), or ask an admin "
                 f"({self._admin_names()}) to add this one."
             )

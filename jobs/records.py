@@ -47,6 +47,7 @@ class RemoteJob:
     final_metrics: dict[str, float] = field(default_factory=dict)
     model_artifacts: str | None = None  # S3ModelArtifacts, or a local folder
     resumed_from_step: int | None = None  # the checkpoint step training resumed from, where the backend knows
+    steps_redone: int | None = None  # steps the interrupted attempt had trained past that checkpoint (lost)
     instance_type: str = ""
     instance_count: int = 1
     spot: bool = False

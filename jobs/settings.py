@@ -60,6 +60,10 @@ class Settings(BaseSettings):
     hf_hub_offline: bool = False
     # Besides TRAINBOT_HOME/data, the folders whose files local jobs may read (model=, train_data=, ...).
     trainbot_local_data_dirs: PathList = ()
+    # Own code (code=): the URL prefixes it may come from; empty refuses own code.
+    trainbot_code_sources: IdList = ()
+    # Team recipes kept in git: a read-only YAML file of name -> /train arguments.
+    trainbot_recipes_file: Path | None = None
 
     @field_validator("trainbot_home")
     @classmethod
@@ -75,7 +79,9 @@ class Settings(BaseSettings):
             return tuple(Path(part.strip()).expanduser().resolve() for part in parts if part.strip())
         return value
 
-    @field_validator("trainbot_allowed_users", "trainbot_allowed_channels", "trainbot_admins", mode="before")
+    @field_validator(
+        "trainbot_allowed_users", "trainbot_allowed_channels", "trainbot_admins", "trainbot_code_sources", mode="before"
+    )
     @classmethod
     def _split_ids(cls, value: object) -> object:
         if isinstance(value, str):

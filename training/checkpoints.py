@@ -1,9 +1,16 @@
 """Checkpoints: where they go, which one to resume from (complete ones only), whether it already holds
-the final step, and the SIGTERM stop that saves one at the next step boundary."""
+the final step, saves on a clock, the furthest step a run reached (so the next attempt can say how many
+steps it redoes), and the SIGTERM stop that saves one at the next step boundary.
+
+On SageMaker the image's toolkit never passes SIGTERM on to the script, so a spot reclaim loses everything
+since the last save: the clock (`--checkpoint_minutes`) bounds that loss; the SIGTERM save is a bonus for
+hosts that deliver the signal.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import sys
@@ -14,6 +21,8 @@ from typing import Any
 from script_arguments import DEFAULT_CHECKPOINT_DIR, ScriptArguments, UsageError
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+#: Beside the checkpoint-N folders (synced with them on SageMaker): {"step": furthest step reached}.
+FURTHEST_FILE = "trainbot-furthest-step.json"
 
 
 def _checkpoint_complete(path: Path) -> bool:
@@ -45,6 +54,24 @@ def find_resume_checkpoint(checkpoint_dir: Path) -> tuple[Path | None, list[Path
         incomplete.append(path)
     return None, incomplete
 
+
+
+def furthest_step(checkpoint_dir: Path) -> int | None:
+    """The furthest step an earlier run of this lineage reached, as it recorded; None if unknown."""
+    try:
+        step = json.loads((checkpoint_dir / FURTHEST_FILE).read_text()).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def _record_furthest(checkpoint_dir: Path, step: int) -> None:
+    tmp = checkpoint_dir / (FURTHEST_FILE + ".tmp")
+    try:
+        tmp.write_text(json.dumps({"step": step}))
+        os.replace(tmp, checkpoint_dir / FURTHEST_FILE)
+    except OSError:  # a note for the next attempt, never a reason to stop training
+        pass
 
 
 def training_done(checkpoint: Path, training_args: Any) -> bool:
@@ -134,3 +161,36 @@ def make_graceful_stop(transformers_module: Any) -> type:
             return control
 
     return GracefulStop
+
+
+def make_checkpoint_clock(transformers_module: Any) -> type:
+    """The checkpoint-clock callback class, built on the installed TrainerCallback."""
+    TrainerCallback = transformers_module.TrainerCallback
+
+    class CheckpointClock(TrainerCallback):
+        """Save at least every `minutes` (the step-based saves stay) and at the last step; log at every
+        save, so the loss history carried in each checkpoint covers every step trained up to it (a resumed
+        run computes whole-lineage figures from it); record the furthest step reached."""
+
+        def __init__(self, minutes: float | None, checkpoint_dir: Path) -> None:
+            self.seconds = minutes * 60 if minutes and minutes > 0 else None
+            self.checkpoint_dir = checkpoint_dir
+            self._last_save = time.monotonic()
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self._last_save = time.monotonic()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            last = bool(state.max_steps) and state.global_step >= state.max_steps
+            if last or (self.seconds is not None and time.monotonic() - self._last_save >= self.seconds):
+                control.should_save = True  # the last step too: a relaunch after the end skips to it
+            if control.should_save:
+                control.should_log = True
+            if state.is_world_process_zero:
+                _record_furthest(self.checkpoint_dir, state.global_step)
+            return control
+
+        def on_save(self, args, state, control, **kwargs):
+            self._last_save = time.monotonic()
+
+    return CheckpointClock

@@ -153,6 +153,15 @@ def _from_channel(folder: Path) -> tuple[list[Any], Sources]:
     return records, sources
 
 
+def _class_label_names(raw: object) -> list[str]:
+    for split in getattr(raw, "values", lambda: [])():
+        feature = getattr(split, "features", {}).get("label")
+        names = getattr(feature, "names", None)
+        if names:
+            return [str(name) for name in names]
+    return []
+
+
 def _from_hub(name: str, split: str, rows: Any) -> tuple[list[Any], Sources]:
     sources = Sources()
     sources.add(0, f"dataset {name} split {split}")
@@ -165,10 +174,12 @@ def load_splits(
     need_eval: bool,
     eval_splits: Sequence[str] = ("validation", "validation_matched", "test"),
     check: RecordCheck | None = None,
+    label_names_out: list[str] | None = None,
 ) -> tuple[list[dict] | None, list[dict] | None]:
     """(train records, eval records) from the SageMaker channels, else from `datasets.load_dataset`;
-    every record used passes the script's `check`."""
-    train, evals = _load(script_args, need_train, need_eval, eval_splits)
+    every record used passes the script's `check`. A hub dataset's ClassLabel names for `label` are
+    appended to `label_names_out` when given."""
+    train, evals = _load(script_args, need_train, need_eval, eval_splits, label_names_out)
     if train is not None and script_args.max_train_samples:
         train = (train[0][: script_args.max_train_samples], train[1])
     if evals is not None and script_args.max_eval_samples:
@@ -184,7 +195,8 @@ def load_splits(
 
 
 def _load(
-    script_args: ScriptArguments, need_train: bool, need_eval: bool, eval_splits: Sequence[str]
+    script_args: ScriptArguments, need_train: bool, need_eval: bool, eval_splits: Sequence[str],
+    label_names_out: list[str] | None,
 ) -> tuple[Split | None, Split | None]:
     train_dir = _channel("SM_CHANNEL_TRAIN", "SM_CHANNEL_TRAINING")
     eval_dir = _channel("SM_CHANNEL_TEST", "SM_CHANNEL_VALIDATION", "SM_CHANNEL_EVAL")
@@ -196,11 +208,12 @@ def _load(
         train = _from_channel(train_dir) if need_train and train_dir else None
         evals = _from_channel(eval_dir) if need_eval and eval_dir else None
         return train, evals
-    return _from_datasets(script_args, need_train, need_eval, eval_splits)
+    return _from_datasets(script_args, need_train, need_eval, eval_splits, label_names_out)
 
 
 def _from_datasets(
-    script_args: ScriptArguments, need_train: bool, need_eval: bool, eval_splits: Sequence[str]
+    script_args: ScriptArguments, need_train: bool, need_eval: bool, eval_splits: Sequence[str],
+    label_names_out: list[str] | None,
 ) -> tuple[Split | None, Split | None]:
     if not script_args.dataset_name:
         raise UsageError(
@@ -217,6 +230,8 @@ def _from_datasets(
     raw = datasets.load_dataset(
         script_args.dataset_name, script_args.dataset_config_name, revision=script_args.dataset_revision
     )
+    if label_names_out is not None:
+        label_names_out.extend(_class_label_names(raw))
     name = script_args.dataset_name
     train = _from_hub(name, "train", raw["train"]) if need_train else None
     evals = None

@@ -38,6 +38,21 @@ def metric_lines(logs: dict[str, Any], step: int) -> list[str]:
     ]
 
 
+def lineage_train_loss(log_history: list[dict[str, Any]]) -> float | None:
+    """The mean training loss over every step of the lineage, from the logged history a checkpoint
+    carries. Each logged `loss` is the mean over the steps since the log before it, so the whole-run mean
+    weights each by its interval. The Trainer's own `train_loss` covers only the steps this process ran
+    (4.28 even divides them by all steps: 0.35 instead of 0.69 after a resume at half-way)."""
+    total, last = 0.0, 0
+    for entry in log_history:
+        step, loss = entry.get("step"), entry.get("loss")
+        if not isinstance(step, int) or not isinstance(loss, int | float) or step <= last:
+            continue
+        total += float(loss) * (step - last)
+        last = step
+    return total / last if last else None
+
+
 def make_metric_printer(transformers_module: Any) -> type:
     """The metric-printer callback class, built on the installed TrainerCallback."""
     TrainerCallback = transformers_module.TrainerCallback
@@ -53,7 +68,13 @@ def make_metric_printer(transformers_module: Any) -> type:
             self._t0, self._step0 = time.monotonic(), state.global_step
 
         def on_log(self, args, state, control, logs=None, **kwargs):
-            if not state.is_world_process_zero or not logs:
+            if not logs:
+                return
+            if "train_loss" in logs:  # the whole lineage's, not this process's (see lineage_train_loss)
+                whole = lineage_train_loss(state.log_history)
+                if whole is not None:
+                    logs["train_loss"] = whole
+            if not state.is_world_process_zero:
                 return
             lines = metric_lines(logs, state.global_step)
             if "loss" in logs and state.max_steps:

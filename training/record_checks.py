@@ -54,8 +54,12 @@ def text_columns(record: dict) -> tuple[str, str | None] | None:
 
 
 def classification_records(records: list[dict]) -> None:
-    """Every record has the first record's text columns, as text, and a whole-number label (or none)."""
+    """Every record has the first record's text columns, as text, and a label that is a whole number or a
+    class name (or none)."""
     columns = text_columns(records[0])
+    # Labels are all class numbers or all class names, as the first labelled record has them.
+    first = next((r["label"] for r in records if "label" in r), None)
+    named = _is_name(first)
     if columns is None:
         layouts = ", ".join("/".join(pair) for pair in PAIR_COLUMNS) + ", or one of " + ", ".join(SINGLE_COLUMNS)
         raise BadRecord(0, f"has none of the text columns ({layouts})")
@@ -63,8 +67,19 @@ def classification_records(records: list[dict]) -> None:
         for column in filter(None, columns):
             if not isinstance(record.get(column), str):
                 raise BadRecord(index, f"{column} is {kind(record.get(column))}, not text")
-        if "label" in record and whole_number(record["label"]) is None:
-            raise BadRecord(index, f"label is {kind(record['label'])}, not a whole number")
+        if "label" in record:
+            _check_label(index, record["label"], named)
+
+
+def _is_name(label: Any) -> bool:
+    return isinstance(label, str) and bool(label.strip()) and whole_number(label) is None
+
+
+def _check_label(index: int, label: Any, named: bool) -> None:
+    if named and not _is_name(label):
+        raise BadRecord(index, f"label is {kind(label)}, not a class name like the first record's")
+    if not named and whole_number(label) is None:
+        raise BadRecord(index, f"label is {kind(label)}, not a whole number")
 
 
 def qa_records(records: list[dict]) -> None:

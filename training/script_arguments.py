@@ -38,6 +38,9 @@ class ScriptArguments:
     max_predict_samples: Optional[int] = field(default=None)
     num_labels: Optional[int] = field(default=None, metadata={"help": "classification; else from the data"})
     checkpoint_dir: str = field(default=DEFAULT_CHECKPOINT_DIR)
+    checkpoint_minutes: Optional[float] = field(
+        default=None, metadata={"help": "save a checkpoint at least this often (minutes), besides save_steps"}
+    )
 
 
 

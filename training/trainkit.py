@@ -8,7 +8,8 @@ other as top-level modules. The rest lives beside it: `script_arguments` (comman
 `metrics_log` (`[metric]` and `[progress]` lines).
 
 Exit codes: 0 done, 143 interrupted by SIGTERM (a checkpoint was saved, no final model), 2 bad input,
-1 anything else.
+1 anything else. Checkpoints are also saved on a clock (`--checkpoint_minutes`), since SageMaker's image
+never delivers the SIGTERM; a resumed run says how many steps it redoes and reports whole-lineage figures.
 """
 
 from __future__ import annotations
@@ -26,8 +27,7 @@ import checkpoints
 import compat
 import metrics_log
 from batches import PadCollator
-from data_channels import read_channel as read_channel  # re-exported: bench/train_throughput.py reads it here
-from script_arguments import ScriptArguments, UsageError  # ScriptArguments too is read here by the bench
+from script_arguments import ScriptArguments, UsageError
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -93,12 +93,18 @@ def train_and_finish(
     metrics: dict[str, Any] = {}
     if training_args.do_train:
         resume, incomplete = checkpoints.find_resume_checkpoint(dirs.checkpoints)
+        furthest = checkpoints.furthest_step(dirs.checkpoints)
         if trainer.is_world_process_zero():
             for path in incomplete:
                 print(f"[checkpoint] ignoring incomplete {path}", file=sys.stderr, flush=True)
                 shutil.rmtree(path, ignore_errors=True)
             if resume:
                 print(f"[checkpoint] resuming from {resume}", file=sys.stderr, flush=True)
+                _say_redone(resume, furthest)
+        import transformers
+
+        clock = checkpoints.make_checkpoint_clock(transformers)
+        trainer.add_callback(clock(script_args.checkpoint_minutes, dirs.checkpoints))
         if resume is not None and checkpoints.training_done(resume, training_args):
             # The Trainer would run one extra step past max_steps when resumed from the last one.
             if trainer.is_world_process_zero():
@@ -126,6 +132,9 @@ def train_and_finish(
             return EXIT_INTERRUPTED
         if result is not None:
             metrics.update(result.metrics)
+        whole = metrics_log.lineage_train_loss(trainer.state.log_history)
+        if whole is not None:  # the skip-to-end path has no result; a resumed one has this process's only
+            metrics["train_loss"] = whole
     if evaluate is not None:
         metrics.update(evaluate())
     if graceful.requested:
@@ -144,6 +153,15 @@ def train_and_finish(
         if extra_outputs is not None:
             extra_outputs(data_dir)
     return EXIT_OK
+
+
+def _say_redone(resume: Path, furthest: int | None) -> None:
+    """How much of the interrupted run is trained again: the steps after the checkpoint it resumes from."""
+    step = int(resume.name.rpartition("-")[2])
+    if furthest is not None and furthest >= step:
+        redone = furthest - step
+        print(f"[checkpoint] the interrupted run had reached step {furthest}: {redone}"
+              f" step{'' if redone == 1 else 's'} redone", file=sys.stderr, flush=True)
 
 
 def main_guard(run: Callable[[list[str]], int], argv: list[str] | None = None) -> None:

@@ -13,9 +13,7 @@ this machine, in `local_scaling`; process handling, in `local_runner`.
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
 import shutil
 import sys
@@ -24,13 +22,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from jobs.backends import local_state, local_status
-from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner, training_command
+from jobs.backends import local_container, local_state, local_status
+from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
+from jobs.backends.local_code import (
+    job_hyperparameters,
+    metric_scanner,
+    runnable_source,
+    save_metric_definitions,
+)
+from jobs.backends.local_environment import base_environment
+from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
 from jobs.backends.local_scaling import LocalLimits, LocalRun, is_offline, scale_plan, script_arguments
 from jobs.backends.local_state import JobFolder, JobState
 from jobs.clock import Clock
-from jobs.errors import BackendError, BadInput, InvalidState, NotFound
+from jobs.errors import BackendError, BadInput, InvalidState, NotFound, TrainbotError
 from jobs.planning.hyperparameters import check_launch_hyperparameters
+from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
@@ -58,6 +65,7 @@ class LocalBackend:
         python: str = sys.executable,
         offline: bool | None = None,
         limits: LocalLimits | None = None,
+        use_toolkit: bool | None = None,
     ) -> None:
         self._home = Path(home).resolve()  # job processes run elsewhere: every path they get is absolute
         self._jobs_root = self._home / "local-jobs"
@@ -66,6 +74,8 @@ class LocalBackend:
         self._python = python
         self._offline = offline
         self._limits = limits or LocalLimits()
+        self._use_toolkit = use_toolkit  # None: the toolkit where it can run, else the direct runner
+        self._code = CodeMaterializer(self._home, GitCodeSources(self._home), S3Tarballs(self._home, _s3_client))
 
     # ------------------------------------------------------------------ the port
 
@@ -74,7 +84,9 @@ class LocalBackend:
             raise BadInput(
                 f"Job name {job_name!r} is not valid: use letters, digits and hyphens, at most 63."
             )
-        check_launch_hyperparameters(plan.estimator.get("hyperparameters") or {})
+        check_launch_hyperparameters(
+            without_bot_arguments(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
+        )
         folder = JobFolder(self._jobs_root, job_name)
         with folder.locked():
             if folder.exists():  # a retried launch: the job is there, never start a second process
@@ -83,8 +95,8 @@ class LocalBackend:
             shutil.rmtree(folder.path, ignore_errors=True)  # leftovers of a launch that died before its state
             try:
                 self._start(folder, plan)
-            except BackendError:
-                shutil.rmtree(folder.path, ignore_errors=True)  # no job exists: leave no half of one
+            except TrainbotError:  # a refusal (the backend's or the code's): no half of a job stays
+                shutil.rmtree(folder.path, ignore_errors=True)
                 raise
             except OSError as exc:
                 shutil.rmtree(folder.path, ignore_errors=True)
@@ -105,18 +117,27 @@ class LocalBackend:
         return sorted(summaries, key=lambda s: s.last_modified or _EPOCH, reverse=True)
 
     def stop(self, job_name: str) -> None:
-        self._signal_job(job_name, "stop_requested_at")
+        """SIGTERM to every process of the job (a best-effort save, where a host delivers it), SIGKILL
+        after STOP_GRACE_SECONDS."""
+        self._signal_job(job_name, "stop_requested_at", SIGTERM)
 
     def take_capacity(self, job_name: str) -> None:
-        """Simulate a spot reclaim: SIGTERM to the job's processes (the script saves a checkpoint and
-        exits 143); the job then ends Stopped / MaxWaitTimeExceeded. Only for spot jobs."""
-        self._signal_job(job_name, "capacity_taken_at")
+        """Simulate a spot reclaim as SageMaker's image lives it: the toolkit never passes SIGTERM on to
+        the script, so the job's processes die with nothing to act on (SIGKILL). Whatever came after the
+        last checkpoint on disk is lost; the job ends Stopped / MaxWaitTimeExceeded. Only for spot jobs."""
+        self._signal_job(job_name, "capacity_taken_at", SIGKILL)
 
     def log_tail(self, job_name: str, lines: int = 40) -> list[str]:
         return local_state.tail_lines(self._folder(job_name).log_path, lines)
 
+    def host_log_tails(self, job_name: str, lines: int) -> list[tuple[str, list[str]]]:
+        """One host here: the job's log file (every local process writes to it), labelled by its path."""
+        path = self._folder(job_name).log_path
+        return [(str(path), local_state.tail_lines(path, lines))]
+
     def metric_series(self, job_name: str) -> MetricSeries:
-        return local_status.metric_series(self._folder(job_name).log_path)
+        folder = self._folder(job_name)
+        return local_status.metric_series(folder.log_path, metric_scanner(folder))
 
     def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         folder = self._folder(job_name)
@@ -129,7 +150,8 @@ class LocalBackend:
         }
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
-        return scale_plan(plan, offline=is_offline(self._offline), limits=self._limits).note()
+        run = scale_plan(plan, offline=is_offline(self._offline), limits=self._limits)
+        return f"{run.note()}; {local_container.RUNNER_LABELS[self._runner_kind()]}"
 
     # ------------------------------------------------------------------ for the console and demo
 
@@ -140,6 +162,10 @@ class LocalBackend:
     def resumed_from_step(self, job_name: str) -> int | None:
         """The checkpoint step this job resumed from, as its log says; None for a fresh start."""
         return local_status.resumed_from_step(self._folder(job_name))
+
+    def steps_redone(self, job_name: str) -> int | None:
+        """Steps this job trains again after the attempt before it was killed; None for a fresh start."""
+        return local_status.steps_redone(self._folder(job_name))
 
     def checkpoint_folder(self, checkpoint_uri: str) -> Path:
         """The local folder standing in for `checkpoint_uri`: home/checkpoints/<bucket>/<key>."""
@@ -156,113 +182,81 @@ class LocalBackend:
     def _start(self, folder: JobFolder, plan: LaunchPlan) -> None:
         offline = is_offline(self._offline)
         assets = None
-        if offline and not _local_train_data(plan):
+        if offline:  # the tiny model is needed even when the data is the person's own folder
             from jobs.backends.offline_assets import ensure_local_assets  # builds once, a few seconds
 
             assets = ensure_local_assets(self._home)
         run = scale_plan(plan, offline=offline, limits=self._limits, assets=assets)
-        entry_point = self._copy_code(folder, plan)
+        kind = self._runner_kind()
+        entry, code_env = self._package_code(folder, plan, unpack=kind == local_container.DIRECT)
         uri = plan.estimator.get("checkpoint_s3_uri")
         checkpoints = self.checkpoint_folder(uri) if uri else folder.path / "checkpoints"
-        for path in (
-            folder.model_dir,
-            folder.output_dir,
-            folder.config_dir,
-            folder.log_path.parent,
-            checkpoints,
-        ):
+        for path in (folder.model_dir, folder.output_dir, folder.config_dir, folder.log_path.parent, checkpoints):
             path.mkdir(parents=True, exist_ok=True)
-        hps = {**run.hyperparameters, "checkpoint_dir": str(checkpoints)}
-        (folder.config_dir / "hyperparameters.json").write_text(json.dumps(hps, indent=1))
-        argv = training_command(
-            self._python,
-            entry_point,
-            script_arguments(hps),
+        hps = job_hyperparameters(plan, run.hyperparameters, folder, checkpoints)
+        save_metric_definitions(folder, plan)
+        channels = {name: path for name, path in (("train", run.train_channel), ("test", run.test_channel)) if path}
+        instance_type = str(plan.estimator.get("instance_type", ""))
+        local_container.write_container_config(
+            folder, hyperparameters=hps, channels=channels, entry_point=entry, instance_type=instance_type,
             processes=run.processes,
-            exit_file=folder.exit_path,
         )
         now = self._clock.now()
         state = JobState(
             name=folder.name,
             created_at=now,
             last_modified=now,
-            instance_type=str(plan.estimator.get("instance_type", "")),
+            instance_type=instance_type,
             instance_count=int(plan.estimator.get("instance_count", 1)),
             spot=bool(plan.estimator.get("use_spot_instances")),
-            task=plan.spec.task,
+            task=plan.spec.task or "",
+            runner=kind,
             processes=run.processes,
             offline=offline,
-            note=run.note(),
+            note=f"{run.note()}; {local_container.RUNNER_LABELS[kind]}",
             checkpoint_dir=str(checkpoints),
             hyperparameters=hps,
             max_run=plan.estimator.get("max_run"),
             transitions=[{"status": "Starting", "start": now.isoformat(), "end": None}],
         )
         folder.save(state)  # before the spawn: a crash in between leaves a record, never a stray process
-        env = self._environment(folder, run, hps, entry_point)
+        argv, env = self._command(kind, folder, run, hps, channels, entry)
+        env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
         state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
         folder.save(state)
         logger.info("launched local job %s (pid %s): %s", folder.name, state.pid, state.note)
 
-    def _copy_code(self, folder: JobFolder, plan: LaunchPlan) -> Path:
-        # A snapshot, as SageMaker uploads source_dir: editing training/ never changes a running job.
-        source = Path(str(plan.estimator.get("source_dir", "")))
-        entry = str(plan.estimator.get("entry_point", ""))
-        if not (source / entry).is_file():
-            raise BackendError(
-                f"The training script {entry} was not found in {source}; install trainbot with its training/ folder."
-            )
-        shutil.copytree(source, folder.code_dir, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        return folder.code_dir / entry
+    def _runner_kind(self) -> str:
+        if self._use_toolkit is None:
+            usable = local_container.toolkit_available(self._python)
+        else:
+            usable = self._use_toolkit
+        return local_container.TOOLKIT if usable else local_container.DIRECT
 
-    def _environment(
-        self, folder: JobFolder, run: LocalRun, hps: dict[str, Any], entry: Path
-    ) -> dict[str, str]:
-        """SageMaker's training-toolkit variables for one host (`algo-1`) with this job's folders."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SM_")}
-        cpus = os.cpu_count() or 1
-        channels = {"train": run.train_channel, "test": run.test_channel}
-        channel_dirs = {name: str(path) for name, path in channels.items() if path is not None}
-        training_env = {
-            "job_name": folder.name,
-            "current_host": "algo-1",
-            "hosts": ["algo-1"],
-            "channel_input_dirs": channel_dirs,
-            "hyperparameters": hps,
-            "model_dir": str(folder.model_dir),
-            "output_data_dir": str(folder.output_dir),
-            "num_gpus": 0,
-            "num_cpus": cpus,
-            "user_entry_point": entry.name,
-            "module_dir": str(folder.code_dir),
-        }
-        env.update(
-            {
-                "SM_MODEL_DIR": str(folder.model_dir),
-                "SM_OUTPUT_DATA_DIR": str(folder.output_dir),
-                "SM_OUTPUT_DIR": str(folder.output_dir),
-                "SM_INPUT_CONFIG_DIR": str(folder.config_dir),
-                "SM_CHANNELS": json.dumps(sorted(channel_dirs)),
-                "SM_HPS": json.dumps(hps),
-                "SM_NUM_GPUS": "0",
-                "SM_NUM_CPUS": str(cpus),
-                "SM_CURRENT_HOST": "algo-1",
-                "SM_HOSTS": json.dumps(["algo-1"]),
-                "SM_USER_ENTRY_POINT": entry.name,
-                "SM_MODULE_DIR": str(folder.code_dir),
-                "SM_TRAINING_ENV": json.dumps(training_env),
-                "TRAINING_JOB_NAME": folder.name,
-                "PYTHONUNBUFFERED": "1",
-                "TOKENIZERS_PARALLELISM": "false",
-                # One BLAS thread pool per process, or N processes fight over the same cores.
-                "OMP_NUM_THREADS": str(max(1, cpus // run.processes)),
-            }
-        )
-        env.update({f"SM_CHANNEL_{name.upper()}": path for name, path in channel_dirs.items()})
-        env.update({f"SM_HP_{key.upper()}": _hp_text(value) for key, value in hps.items()})
+    def _package_code(self, folder: JobFolder, plan: LaunchPlan, *, unpack: bool) -> tuple[str, dict[str, str]]:
+        # A snapshot, as SageMaker uploads source_dir: editing the source never changes a running job.
+        source = runnable_source(self._code, plan)
+        folder.path.mkdir(parents=True, exist_ok=True)
+        local_container.write_sourcedir(Path(source.source_dir), folder.sourcedir_path)
+        if unpack:
+            local_container.unpack_sourcedir(folder.sourcedir_path, folder.code_dir)
+        return source.entry_point, dict(source.environment)
+
+    def _command(
+        self, kind: str, folder: JobFolder, run: LocalRun, hps: dict[str, Any], channels: dict[str, Path], entry: str
+    ) -> tuple[list[str], dict[str, str]]:
+        """(argv, environment) of the job: allowlisted variables only, never the bot's own."""
+        base = base_environment(self._python)
         if run.offline:
-            env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-        return env
+            base.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+        if kind == local_container.TOOLKIT:
+            env = local_container.toolkit_environment(base, folder, processes=run.processes)
+            return local_container.toolkit_command(self._python, folder), env
+        env = local_container.direct_environment(
+            base, folder, hyperparameters=hps, channels=channels, entry_point=entry, processes=run.processes
+        )
+        argv = local_container.direct_command(self._python, folder, entry, script_arguments(hps), run.processes)
+        return argv, env
 
     # ------------------------------------------------------------------ observing
 
@@ -327,7 +321,7 @@ class LocalBackend:
         ):
             logger.info("local job %s ran past max_run (%s s); stopping it", state.name, state.max_run)
             state.runtime_exceeded_at = now
-            self._runner.signal_group(state.pid, SIGTERM)
+            self._terminate(state, SIGTERM)
             return True
         asked = state.signalled_at()
         if asked and state.killed_at is None and now - asked > timedelta(seconds=STOP_GRACE_SECONDS):
@@ -345,7 +339,7 @@ class LocalBackend:
         if "Training" not in seen and local_status.training_started(folder):
             local_status.move(state, RemoteStatus.IN_PROGRESS.value, "Training", now)
 
-    def _signal_job(self, job_name: str, flag: str) -> None:
+    def _signal_job(self, job_name: str, flag: str, sig: int) -> None:
         folder = self._folder(job_name)
         with folder.locked():
             state = self._refresh_locked(folder)
@@ -362,20 +356,25 @@ class LocalBackend:
                 setattr(state, flag, self._clock.now())
                 folder.save(state)  # the flag first, so whoever sees the exit knows why
                 if state.pid is not None:
-                    self._runner.signal_group(state.pid, SIGTERM)
+                    self._terminate(state, sig)
             self._refresh_locked(folder)
 
+    def _terminate(self, state: JobState, sig: int) -> None:
+        """`sig` to the job's processes. Under the toolkit, SIGTERM spares `train` itself: it would die at
+        once and take the script's output pipes with it, so the best-effort save could never be logged."""
+        assert state.pid is not None
+        spare = "/train" if state.runner == local_container.TOOLKIT and sig == SIGTERM else None
+        self._runner.signal_group(state.pid, sig, spare=spare)
 
-def _hp_text(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+def _s3_client() -> Any:
+    # Built only when a local job's code is an s3:// tarball: the standard AWS chain, AWS_ENDPOINT_URL included.
+    from jobs.backends.sagemaker_session import make_boto_session
+
+    return make_boto_session().client("s3")
 
 
 def _safe_part(part: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=+@-]", "_", part)
 
 
-def _local_train_data(plan: LaunchPlan) -> bool:
-    value = plan.spec.train_data
-    return isinstance(value, str) and "://" not in value and Path(value).expanduser().is_dir()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.client
 import json
 import logging
-import os
 import shutil
 import sys
 import threading
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jobs.backends.local_environment import base_environment
 from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
 from jobs.backends.local_state import tail_lines
 from jobs.clock import Clock
@@ -75,8 +75,8 @@ class LocalEndpoints:
         folder.mkdir(parents=True)
         argv = [self._python, "-m", SERVER_MODULE, "--model", str(model), "--task", request.task]
         argv += ["--state", str(folder / "server.json")]
-        env = {
-            **os.environ,
+        env = {  # allowlisted: the model server never sees the bot's tokens or keys
+            **base_environment(self._python),
             "TOKENIZERS_PARALLELISM": "false",
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",

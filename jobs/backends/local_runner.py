@@ -26,8 +26,9 @@ class ProcessRunner(Protocol):
         The pid is also the process group id, so `signal_group` reaches every process of the job."""
         ...
 
-    def signal_group(self, pid: int, sig: int) -> None:
-        """Send `sig` to the job's process group; a group that is gone already is not an error."""
+    def signal_group(self, pid: int, sig: int, *, spare: str | None = None) -> None:
+        """Send `sig` to the job's process group; a group that is gone already is not an error.
+        `spare`: processes whose command's second word ends with it are left out (where /proc exists)."""
         ...
 
     def is_alive(self, pid: int) -> bool: ...
@@ -57,11 +58,21 @@ class SubprocessRunner:
         logger.info("started local job process %d: %s", proc.pid, " ".join(argv[:6]))
         return proc.pid
 
-    def signal_group(self, pid: int, sig: int) -> None:
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            logger.info("process group %d is gone already; signal %d not sent", pid, sig)
+    def signal_group(self, pid: int, sig: int, *, spare: str | None = None) -> None:
+        members = _group_members(pid) if spare else None
+        if members is None:
+            try:
+                os.killpg(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                logger.info("process group %d is gone already; signal %d not sent", pid, sig)
+            return
+        for member, argv in members.items():
+            if len(argv) > 1 and argv[1].endswith(spare or ""):
+                continue
+            try:
+                os.kill(member, sig)
+            except (ProcessLookupError, PermissionError):
+                continue
 
     def is_alive(self, pid: int) -> bool:
         child = self._children.get(pid)
@@ -74,6 +85,25 @@ class SubprocessRunner:
         except PermissionError:  # exists, owned by someone else: not ours any more (pid reused)
             return False
         return not _is_zombie(pid)
+
+
+def _group_members(pgid: int) -> dict[int, list[str]] | None:
+    """{pid: argv} of the processes in group `pgid`, from /proc; None where there is no /proc."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return None
+    members: dict[int, list[str]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) != pgid:
+                continue
+            members[int(entry.name)] = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except (OSError, IndexError, ValueError):
+            continue
+    return members
 
 
 def _is_zombie(pid: int) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.backends.offline_assets import LocalAssets
+from jobs.planning import cadence
 
 if TYPE_CHECKING:
     from jobs.planning.plan import LaunchPlan
@@ -37,7 +38,6 @@ class LocalLimits:
     eval_batch_size: int = 32
     max_seq_length: int = 128
     save_steps: int = 10  # so a spot demo has a checkpoint within seconds
-    logging_steps: int = 5  # [progress] lines often enough for the console
     train_samples: int = 200  # offline: generated examples trained on
     eval_samples: int = 100  # offline: generated examples evaluated on
     # A randomly initialised tiny BERT learns nothing in 60 steps at the usual 5e-5.
@@ -64,8 +64,8 @@ class LocalRun:
     def note(self) -> str:
         steps = self.hyperparameters.get("max_steps")
         procs = f"{self.processes} process" + ("es" if self.processes != 1 else "")
-        line = f"local: {self.model_label}, {self.data_label}, {steps} steps, {procs}"
-        return "; ".join((line, *self.notes))
+        parts = [self.model_label, self.data_label, *([f"{steps} steps"] if steps is not None else []), procs]
+        return "; ".join(("local: " + ", ".join(parts), *self.notes))
 
 
 def is_offline(offline: bool | None) -> bool:
@@ -83,7 +83,11 @@ def scale_plan(
     """The local version of `plan`. `assets` gives the tiny model and generated data (offline);
     without them (a plan card) only the note is meaningful."""
     spec = plan.spec
-    hps = _capped_hyperparameters(dict(plan.estimator.get("hyperparameters") or {}), spec.task, limits)
+    if spec.own_code:
+        return _own_code_run(plan, offline=offline, limits=limits, assets=assets)
+    hps = _capped_hyperparameters(dict(plan.estimator.get("hyperparameters") or {}), spec.task or "", limits)
+    # The same cadence rule as the plan's, for the scaled-down length: a loss curve here too.
+    hps.update(cadence.chosen_cadence(spec.hyperparameters, int(hps["max_steps"]), evaluates=cadence.evaluates(hps)))
     processes, notes = _processes(spec.distribution, spec.instance_count, limits)
     if _half_precision(hps):
         notes.append("fp16 off on the CPU")
@@ -101,6 +105,30 @@ def scale_plan(
     return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes))
 
 
+def _own_code_run(plan: LaunchPlan, *, offline: bool, limits: LocalLimits, assets: LocalAssets | None) -> LocalRun:
+    """A team's own script gets its arguments as planned: nothing is added (it may not take our keys), the
+    sizes it was given are capped, half precision is off on the CPU, and offline its model= is the tiny BERT."""
+    spec = plan.spec
+    hps = {k: v for k, v in dict(plan.estimator.get("hyperparameters") or {}).items() if not k.startswith("sagemaker_")}
+    for key, limit in (("max_steps", limits.max_steps), ("per_device_train_batch_size", limits.train_batch_size),
+                       ("per_device_eval_batch_size", limits.eval_batch_size), ("max_seq_length", limits.max_seq_length)):
+        if key in hps:
+            _cap(hps, key, limit)
+    processes, notes = _processes(spec.distribution, spec.instance_count, limits)
+    if _half_precision(hps):
+        notes.append("fp16 off on the CPU")
+        hps.update({key: False for key in ("fp16", "bf16") if key in hps})
+    own = _local_folder(spec.train_data)
+    train, test = ((own / "train", own / "test") if (own / "train").is_dir() else (own, own)) if own else (None, None)
+    model_label = str(hps.get("model_name_or_path") or spec.model)
+    if offline and "model_name_or_path" in hps:
+        hps["model_name_or_path"] = str(assets.model_dir if assets else _TINY_MODEL_PLACEHOLDER)
+        model_label = "tiny BERT"
+    data_label = f"data from {own}" if own else "the script's own data arguments"
+    notes.insert(0, f"your {spec.entry} with its arguments as planned")
+    return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes))
+
+
 def _capped_hyperparameters(hps: dict[str, Any], task: str, limits: LocalLimits) -> dict[str, Any]:
     # SageMaker adds sagemaker_* itself and strips them before the script; the script's
     # --checkpoint_dir is ours to set.
@@ -110,7 +138,6 @@ def _capped_hyperparameters(hps: dict[str, Any], task: str, limits: LocalLimits)
     _cap(hps, "per_device_eval_batch_size", limits.eval_batch_size)
     _cap(hps, "max_seq_length", limits.max_seq_length)
     _cap(hps, "save_steps", limits.save_steps)
-    _cap(hps, "logging_steps", limits.logging_steps)
     if task == "question-answering":
         # The QA script needs doc_stride below half of max_seq_length; keep the article's 1:3 ratio.
         _cap(hps, "doc_stride", hps["max_seq_length"] // 4)
@@ -151,8 +178,9 @@ def _processes(distribution: str, instance_count: int, limits: LocalLimits) -> t
     processes = min(wanted, limits.max_processes)
     if processes < wanted:
         notes.append(f"{processes} of {wanted} instances as processes (this machine's cores)")
-    if distribution == "model":
-        notes.append("model parallel runs as plain DDP")
+    if distribution in ("data", "model"):  # smdistributed needs GPUs and MPI: torchrun over gloo instead
+        kind = "data" if distribution == "data" else "model"
+        notes.append(f"smdistributed {kind} parallel runs as torchrun DDP (gloo)")
     return processes, notes
 
 

@@ -51,6 +51,7 @@ class JobState:
     instance_count: int = 1
     spot: bool = False
     task: str = ""
+    runner: str = ""  # "toolkit" or "direct" (local_container)
     processes: int = 1
     offline: bool = True
     note: str = ""
@@ -92,8 +93,9 @@ class JobState:
 
 
 class JobFolder:
-    """The SageMaker layout, emulated: code/, model/ (SM_MODEL_DIR), output/ (SM_OUTPUT_DATA_DIR),
-    input/config/, logs/, plus state.json and the wrapper's exit.json."""
+    """The SageMaker layout (the folder is the job's SAGEMAKER_BASE_DIR, its /opt/ml): code/, model/
+    (SM_MODEL_DIR), output/data/ (SM_OUTPUT_DATA_DIR), input/config/, input/data/<channel>,
+    sourcedir.tar.gz, logs/, plus state.json and the wrapper's exit.json."""
 
     def __init__(self, jobs_root: Path, name: str) -> None:
         self.root = jobs_root
@@ -104,8 +106,10 @@ class JobFolder:
         self.log_path = self.path / "logs" / "train.log"
         self.code_dir = self.path / "code"
         self.model_dir = self.path / "model"
-        self.output_dir = self.path / "output"
+        self.output_dir = self.path / "output" / "data"
         self.config_dir = self.path / "input" / "config"
+        self.input_data_dir = self.path / "input" / "data"
+        self.sourcedir_path = self.path / "sourcedir.tar.gz"
 
     def exists(self) -> bool:
         return self.state_path.is_file()

@@ -4,7 +4,8 @@ Status mapping (TrainingJobStatus / SecondaryStatus):
 - running: InProgress / Starting, then Training once the script logs a step;
 - exit 0: Completed (even if a stop raced the end: the model is saved, as SageMaker would report);
 - stop(): Stopping, then Stopped / Stopped;
-- take_capacity() on a spot job: InProgress / Interrupted while it saves, then Stopped /
+- take_capacity() on a spot job: its processes are killed (no signal the script can act on); InProgress /
+  Interrupted until the look that finds them gone, then Stopped /
   MaxWaitTimeExceeded, as SageMaker ends a spot job whose wait for capacity ran out;
 - running past max_run: Stopped / MaxRuntimeExceeded;
 - any other exit: Failed, "AlgorithmError: <the log's last error line>"; a process that vanished with
@@ -22,12 +23,15 @@ from datetime import datetime
 from pathlib import Path
 
 from jobs.backends import local_state
+from jobs.backends.local_code import metric_scanner
 from jobs.backends.local_state import JobFolder, JobState
-from jobs.planning.plan import parse_metric_line
+from jobs.planning.metrics import MetricScanner
 from jobs.records import MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
 
 #: What training/ prints when it picks a checkpoint up (the step is the checkpoint folder's number).
 _RESUMED = re.compile(r"\[checkpoint\] resuming from .*checkpoint-(\d+)")
+#: ... and how far the interrupted attempt had got past it (the steps trained again).
+_REDONE = re.compile(r"\[checkpoint\] the interrupted run had reached step \d+: (\d+) steps? redone")
 
 #: Billable share of a spot job's training time (managed spot typically saves 60-90%).
 SPOT_BILLABLE_FRACTION = 0.3
@@ -44,7 +48,7 @@ _MESSAGES = {
     "Completed": "Training job completed.",
     "Stopping": "Stopping the training job (SIGTERM sent).",
     "Stopped": "The job was stopped.",
-    "Interrupted": "Spot capacity was taken (simulated locally); the job is saving a checkpoint.",
+    "Interrupted": "Spot capacity was taken (simulated locally); the job's processes were killed.",
     "MaxWaitTimeExceeded": "The job ended: spot capacity did not come back within the wait time.",
     "MaxRuntimeExceeded": "The job ran past max_run and was stopped.",
     "Failed": "Training job failed.",
@@ -127,6 +131,7 @@ def remote_job(folder: JobFolder, state: JobState) -> RemoteJob:
         final_metrics=final_metrics(folder),
         model_artifacts=_model_artifacts(folder, status),
         resumed_from_step=resumed_from_step(folder),
+        steps_redone=steps_redone(folder),
         instance_type=state.instance_type,
         instance_count=state.instance_count,
         spot=state.spot,
@@ -146,13 +151,23 @@ def resumed_from_step(folder: JobFolder) -> int | None:
     return None
 
 
-def final_metrics(folder: JobFolder) -> dict[str, float]:
-    """The last value of each `[metric]` line, then the script's metrics.json on top of them."""
-    metrics: dict[str, float] = {}
+def steps_redone(folder: JobFolder) -> int | None:
+    """Steps this attempt trains again because the one before it was killed past its last checkpoint."""
     for line in local_state.read_lines(folder.log_path):
-        parsed = parse_metric_line(line)
-        if parsed is not None:
-            metrics[parsed[0]] = parsed[1]
+        match = _REDONE.search(line)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def final_metrics(folder: JobFolder) -> dict[str, float]:
+    """The last value of each metric the job's definitions find in its log (`[metric]` lines, a Trainer's
+    printed dicts, a team's own), then the script's metrics.json on top of them."""
+    metrics: dict[str, float] = {}
+    scanner = metric_scanner(folder)
+    for line in local_state.read_lines(folder.log_path):
+        for name, value, _ in scanner.scan(line):
+            metrics[name] = value
     try:
         written = json.loads((folder.output_dir / "metrics.json").read_text())
     except (OSError, ValueError):
@@ -163,13 +178,13 @@ def final_metrics(folder: JobFolder) -> dict[str, float]:
     return metrics
 
 
-def metric_series(log_path: Path) -> MetricSeries:
-    """Every `[metric]` line of the log as {name: [MetricPoint(step, value)]}, ordered by step."""
+def metric_series(log_path: Path, scanner: MetricScanner | None = None) -> MetricSeries:
+    """Every metric the definitions find in the log as {name: [MetricPoint(step, value)]}, ordered by step
+    (a line without a step, such as a Trainer's printed dict, counts by its line number)."""
     points: dict[str, dict[int, float]] = {}
+    scanner = scanner or MetricScanner.of()
     for n, line in enumerate(local_state.read_lines(log_path)):
-        parsed = parse_metric_line(line)
-        if parsed is not None:
-            name, value, step = parsed
+        for name, value, step in scanner.scan(line):
             # Several processes (or a re-logged step) may print one step twice: the last one counts.
             points.setdefault(name, {})[step if step is not None else n] = value
     return {

@@ -24,7 +24,7 @@ from jobs.backends.file_lock import exclusive_lock
 logger = logging.getLogger(__name__)
 
 #: Bump when the generated assets change, so an old cache is not reused.
-ASSETS_VERSION = "v1"
+ASSETS_VERSION = "v2"  # v2: class labels are names, as the hub's ClassLabel features have them
 
 _SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "sa", "to", "vi", "ze", "po", "da", "fe", "gu", "hi", "jo", "bo"]
 _FILLER = (
@@ -43,6 +43,9 @@ _NLI_KEYWORDS = {  # label -> words that decide it (MNLI order: entailment, neut
     1: ["perhaps", "maybe", "possibly", "sometimes"],
     2: ["never", "not", "nobody", "nothing"],
 }
+#: The hub datasets' ClassLabel names (glue/mnli, imdb), which the generated records carry as labels.
+MNLI_LABELS = ("entailment", "neutral", "contradiction")
+IMDB_LABELS = ("neg", "pos")
 _SENTIMENT_KEYWORDS = {
     0: ["awful", "boring", "terrible", "dull", "worst"],
     1: ["great", "wonderful", "brilliant", "superb", "best"],
@@ -91,7 +94,9 @@ def mnli_examples(n: int, seed: int) -> list[dict]:
         label = rng.randrange(3)
         words = _filler_sentence(rng, 3, 7).split()
         words.insert(rng.randint(0, len(words) - 1), rng.choice(_NLI_KEYWORDS[label]))
-        records.append({"premise": _filler_sentence(rng, 6, 12), "hypothesis": " ".join(words), "label": label})
+        records.append(
+            {"premise": _filler_sentence(rng, 6, 12), "hypothesis": " ".join(words), "label": MNLI_LABELS[label]}
+        )
     return records
 
 
@@ -104,7 +109,7 @@ def imdb_examples(n: int, seed: int) -> list[dict]:
         words = " ".join(_filler_sentence(rng) for _ in range(rng.randint(2, 4))).split()
         for _ in range(rng.randint(1, 2)):
             words.insert(rng.randint(0, len(words) - 1), rng.choice(_SENTIMENT_KEYWORDS[label]))
-        records.append({"text": " ".join(words), "label": label})
+        records.append({"text": " ".join(words), "label": IMDB_LABELS[label]})
     return records
 
 

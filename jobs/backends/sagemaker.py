@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import heapq
 import logging
+import re
+import tempfile
 import threading
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -27,6 +30,7 @@ from jobs.backends.aws_errors import (
     missing_bucket,
 )
 from jobs.backends.aws_errors import not_found as job_not_found
+from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
 from jobs.backends.sagemaker_session import (
     MAX_ATTEMPTS,
     build_sdk_session,
@@ -38,6 +42,7 @@ from jobs.backends.sagemaker_session import (
 from jobs.clock import Clock
 from jobs.errors import ConfigError, SpecError
 from jobs.planning.hyperparameters import check_launch_hyperparameters
+from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
 from jobs.settings import Settings
 
@@ -54,6 +59,8 @@ METRIC_NAMESPACE = "/aws/sagemaker/TrainingJobs"
 PAGE_SIZE = 100  # ListTrainingJobs' maximum MaxResults
 RECENT = timedelta(days=30)  # list_changed(None): longer than SageMaker's 28-day maximum runtime
 METRIC_PERIOD_S = 60
+_STREAM_EPOCH = re.compile(r"-[0-9]{6,}$")
+_HOST_NUMBER = re.compile(r"/algo-([0-9]+)")
 
 
 class SageMakerBackend:
@@ -71,6 +78,7 @@ class SageMakerBackend:
         region: str | None = None,
         name_contains: str | None = None,
         max_attempts: int = MAX_ATTEMPTS,
+        code_home: Path | None = None,
     ) -> None:
         if not role_arn:
             raise ConfigError("No SageMaker execution role is set: set TRAINBOT_ROLE_ARN to the role's ARN.")
@@ -92,6 +100,9 @@ class SageMakerBackend:
         self._sdk_session: Any = None
         self._sdk_lock = threading.Lock()
         self._bucket_seen_until: datetime | None = None
+        # Teams' own code is checked out (at its pinned commit) and cached here before the SDK uploads it.
+        home = code_home or Path(tempfile.gettempdir()) / "trainbot"
+        self._code = CodeMaterializer(home, GitCodeSources(home), S3Tarballs(home, lambda: self._s3))
 
     @classmethod
     def from_settings(cls, settings: Settings, *, clock: Clock) -> SageMakerBackend:
@@ -104,20 +115,22 @@ class SageMakerBackend:
             bucket=settings.trainbot_bucket,
             clock=clock,
             region=region,
+            code_home=settings.trainbot_home,
         )
 
     # -- launching ---------------------------------------------------------------------------------
 
     def launch(self, job_name: str, plan: LaunchPlan) -> None:
         # However the plan was made (stored, replayed, built by hand): no sagemaker_* or other reserved name.
-        check_launch_hyperparameters(plan.estimator.get("hyperparameters") or {})
+        check_launch_hyperparameters(
+            without_bot_arguments(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
+        )
         ctx = self._ctx(f"launch training job {job_name}", self._sm)
         self._check_bucket(ctx)
         inputs = _input_channels(plan)
+        arguments = self._sdk_arguments(plan.estimator)
         with aws_errors(ctx, sdk=True):
-            estimator = huggingface_estimator(
-                **plan.estimator, role=self._role_arn, sagemaker_session=self._session()
-            )
+            estimator = huggingface_estimator(**arguments, role=self._role_arn, sagemaker_session=self._session())
             try:
                 estimator.fit(inputs=inputs, wait=False, logs=False, job_name=job_name)
             except ClientError as exc:
@@ -127,6 +140,16 @@ class SageMakerBackend:
                 logger.info("training job %s already exists; counted as launched", job_name)
                 return
         logger.info("launched SageMaker training job %s", job_name)
+
+    def _sdk_arguments(self, estimator: dict[str, Any]) -> dict[str, Any]:
+        """The plan's arguments as the SDK takes them: own code checked out here at its pinned commit (the
+        SDK's own git_config cannot pin file:// repositories nor cache a clone), then uploaded by the SDK."""
+        if "git_config" not in estimator and not estimator.get("dependencies"):
+            return dict(estimator)
+        source = self._code.runnable(estimator, keep_s3=True)
+        arguments = {k: v for k, v in estimator.items() if k not in ("git_config", "dependencies")}
+        arguments.update(source_dir=source.source_dir, entry_point=source.entry_point)
+        return arguments
 
     def _session(self) -> Any:
         # Built once, on the first launch: importing and setting up the SDK costs about a second.
@@ -202,6 +225,17 @@ class SageMakerBackend:
             tails = [self._stream_tail(stream, lines) for stream in streams]
         merged = heapq.merge(*tails, key=lambda event: event[0])
         return [message for _, message in list(merged)[-lines:]]
+
+    def host_log_tails(self, job_name: str, lines: int) -> list[tuple[str, list[str]]]:
+        """The last `lines` lines of each host's stream, labelled by host (`algo-1`, `algo-2`, ...)."""
+        if lines <= 0:
+            return []
+        ctx = self._ctx(f"read the logs of {job_name}", self._logs)
+        with aws_errors(ctx):
+            streams = sorted(self._log_streams(job_name), key=_host_order)
+            tails = [(stream, self._stream_tail(stream, lines)) for stream in streams]
+        labels = host_labels(job_name, streams)
+        return [(labels[stream], [message for _, message in events]) for stream, events in tails]
 
     def _log_streams(self, job_name: str) -> list[str]:
         names: list[str] = []
@@ -305,6 +339,22 @@ def _input_channels(plan: LaunchPlan) -> dict[str, str] | None:
         if not uri.startswith("s3://"):
             raise SpecError(f"On SageMaker the {channel} data must be an s3:// prefix, not {uri!r}.")
     return inputs or None
+
+
+def host_labels(job_name: str, streams: list[str]) -> dict[str, str]:
+    """`<job>/algo-2-1700000000` -> `algo-2`; a host with several streams (SageMaker restarted it) keeps
+    the stream's suffix, so each label names one stream."""
+    hosts = {stream: stream.removeprefix(f"{job_name}/") for stream in streams}
+    short = {stream: _STREAM_EPOCH.sub("", name) for stream, name in hosts.items()}
+    counts: dict[str, int] = {}
+    for name in short.values():
+        counts[name] = counts.get(name, 0) + 1
+    return {stream: short[stream] if counts[short[stream]] == 1 else hosts[stream] for stream in streams}
+
+
+def _host_order(stream: str) -> tuple[int, str]:
+    found = _HOST_NUMBER.search(stream)
+    return (int(found.group(1)) if found else 0, stream)
 
 
 def _metric_query(query_id: str, name: str, job_name: str) -> dict[str, Any]:

@@ -78,7 +78,7 @@ class EndpointService:
             name=name,
             model_name=model_name(name, f"{self._clock.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"),
             model_data=model_data,
-            task=spec.task,
+            task=_task_of(lineage),
             framework=framework,
             instance_type=opts.instance_type,
             instance_count=opts.instance_count,
@@ -402,3 +402,10 @@ def _idle_line(item: IdleEndpoint) -> str:
         hourly="?" if item.hourly_usd is None else usd(item.hourly_usd),
         total="?" if item.running_usd is None else usd(item.running_usd),
     )
+
+
+def _task_of(lineage: Lineage) -> str:
+    """An endpoint serves a task (HF_TASK); a job of a team's own code says it only if it was given task=."""
+    if lineage.spec.task is None:
+        raise InvalidState(texts.NO_TASK.format(lineage=lineage.id))
+    return lineage.spec.task

@@ -26,6 +26,10 @@ PREDICT_HINTS = {
     "text-classification": 'text="..."',
 }
 
+NO_TASK = (
+    "{lineage} ran its own code without task=, so the bot cannot tell the endpoint what it serves: "
+    "launch it with task=question-answering or task=text-classification to deploy it."
+)
 DEPLOYING = "Deploying {lineage} as endpoint {name} on {where}{framework}."
 DEPLOY_FOLLOW = "The job's thread says when it is ready."
 DEPLOYED_FRAMEWORK = " with {label}"

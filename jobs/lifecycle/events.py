@@ -21,8 +21,8 @@ STOPPED = "stopped"  # a person stopped the job
 
 KINDS = (STATE, INTERRUPTED, RELAUNCHED, FAILED, GAVE_UP, COMPLETED, STOPPED)
 
-#: How many log lines a `failed` event carries (Slack messages stay readable).
-LOG_TAIL_LINES = 40
+#: How many log lines a `failed` event carries (Slack messages stay readable; /logs JOB shows more).
+LOG_TAIL_LINES = 10
 
 
 def _base(kind: str, lineage_id: str, job_name: str | None, text: str) -> JsonDict:

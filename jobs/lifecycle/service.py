@@ -12,6 +12,7 @@ import logging
 import re
 import secrets
 from collections.abc import Callable
+from pathlib import Path
 
 from jobs.backend import TrainingBackend
 from jobs.budget import SpendLedger
@@ -19,10 +20,10 @@ from jobs.clock import Clock
 from jobs.errors import BudgetExceeded, InvalidState, PermissionDenied
 from jobs.lifecycle.controller import Controller
 from jobs.permissions import AccessPolicy
-from jobs.planning.grammar import parse_command
 from jobs.planning.local_paths import check_local_paths
 from jobs.planning.plan import LINEAGE_PLACEHOLDER, LaunchPlan, build_plan
 from jobs.planning.pricing import check_job_budget
+from jobs.planning.reader import CommandReader
 from jobs.planning.spec import JobSpec
 from jobs.records import Actor
 from jobs.settings import Settings
@@ -38,7 +39,7 @@ _TASK_SHORT = {"question-answering": "qa", "text-classification": "cls"}
 
 def default_lineage_id(spec: JobSpec) -> str:
     """``{preset or task-short}-{8 hex}``: readable in a list, unique, a valid job-name prefix."""
-    stem = spec.preset or _TASK_SHORT.get(spec.task, spec.task)
+    stem = spec.preset or _TASK_SHORT.get(spec.task or "", spec.task or Path(spec.entry or "job").stem)
     stem = re.sub(r"[^a-zA-Z0-9]+", "-", stem).strip("-")[: MAX_LINEAGE_ID - 9] or "job"
     return f"{stem}-{secrets.token_hex(4)}"
 
@@ -52,6 +53,7 @@ class JobService:
         settings: Settings,
         clock: Clock,
         new_lineage_id: Callable[[JobSpec], str] | None = None,
+        reader: CommandReader | None = None,
     ) -> None:
         self._store = store
         self._backend = backend
@@ -61,6 +63,10 @@ class JobService:
         self._policy = AccessPolicy.from_settings(settings)
         self._ledger = SpendLedger.from_settings(store, clock, settings)
         self.controller = Controller.from_settings(store, backend, clock, settings)
+        # Recipes, the grammar, then own code allowed and pinned (bot.wiring passes the full one).
+        self._reader = reader or CommandReader.of(
+            max_instances=settings.trainbot_max_instances, code_sources=settings.trainbot_code_sources
+        )
 
     @property
     def policy(self) -> AccessPolicy:
@@ -89,7 +95,7 @@ class JobService:
         schedule: str | None = None,
     ) -> Lineage:
         """Check, record, launch. Same ``request_id`` twice -> the first lineage, no second launch."""
-        spec = self._parse(text_or_spec) if isinstance(text_or_spec, str) else text_or_spec
+        spec = self._reader.read(text_or_spec)
         self._guarded(actor, "launch", request_id or "-", lambda: self._policy.check_can_use(actor))
         check_local_paths(spec, self._settings, backend=self._backend.name)
         if request_id is not None and (existing := self._store.find_by_request(request_id)) is not None:
@@ -185,7 +191,7 @@ class JobService:
             )
 
     def _parse(self, text: str) -> JobSpec:
-        return parse_command(text, max_instances=self._settings.trainbot_max_instances)
+        return self._reader.read(text)
 
     def _lineage_id(self, spec: JobSpec) -> str:
         lineage_id = self._new_id(spec)

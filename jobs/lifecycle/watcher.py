@@ -292,6 +292,8 @@ def _mirrored(remote: RemoteJob) -> dict[str, Any]:
         fields["model_artifacts"] = remote.model_artifacts
     if remote.resumed_from_step is not None:
         fields["resumed_from_step"] = remote.resumed_from_step
+    if remote.steps_redone is not None:
+        fields["steps_redone"] = remote.steps_redone
     if remote.ended_at is not None:
         fields["ended_at"] = remote.ended_at
     return fields

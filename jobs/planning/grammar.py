@@ -15,27 +15,37 @@ from functools import cache
 from typing import Any
 
 from jobs.errors import SpecError
-from jobs.planning.hyperparameters import check_plain_text, check_reserved, check_script_argument
+from jobs.planning.hyperparameters import (
+    HP_NAME,
+    KNOWN_HYPERPARAMETERS,
+    HpValue,
+    auto_value,
+    check_plain_text,
+    check_reserved,
+    check_script_argument,
+    coerce_hyperparameter,
+    parse_bool,
+    parse_float,
+    parse_int,
+    show,
+)
+from jobs.planning.metrics import parse_metrics_value
+from jobs.planning.own_code import check_entry, parse_code
 from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
 from jobs.planning.spec import (
     DEFAULT_MAX_INSTANCES,
-    HP_NAME,
-    KNOWN_HYPERPARAMETERS,
     MP_ENUMS,
     MP_INTS,
     MP_KEYS,
-    HpValue,
     JobSpec,
-    auto_value,
-    coerce_hyperparameter,
-    parse_bool,
-    parse_int,
-    show,
     spec_from_fields,
 )
 
 COMMAND = "/train"
 EXAMPLE = "/train bert-squad instances=4 spot=yes"
+
+#: A team recipe's name -> its saved /train arguments (None: no such recipe); see jobs.recipes.
+RecipeLookup = Callable[[str], str | None]
 
 _SLACK_TRANSLATION = str.maketrans(
     {
@@ -96,11 +106,29 @@ def _version(raw: str, key: str) -> str:
     return text
 
 
+def _minutes(raw: str, key: str) -> float:
+    return float(parse_float(raw, key))
+
+
 def _py_version(raw: str, key: str) -> str:
     text = raw.strip().lower().removeprefix("python").removeprefix("py").replace(".", "")
     if not (text.isascii() and text.isdigit() and 2 <= len(text) <= 3):
         raise SpecError(f"{key} takes a Python version such as py310 or 3.10, not {show(raw)}.")
     return f"py{text}"
+
+
+def _code(raw: str, key: str) -> str:
+    text = raw.strip()
+    parse_code(text)
+    return text
+
+
+def _entry(raw: str, key: str) -> str:
+    return check_entry(raw.strip())
+
+
+def _metrics(raw: str, key: str) -> dict[str, str]:
+    return parse_metrics_value(raw, key)
 
 
 TASK_WORDS = {
@@ -114,6 +142,8 @@ DISTRIBUTION_WORDS = {
     "model": "model", "mp": "model", "smp": "model", "modelparallel": "model", "model-parallel": "model",
     "ddp": "ddp", "torchrun": "ddp", "torch-distributed": "ddp",
 }
+
+NOTIFY_WORDS = {"dm": "dm", "none": "none", "no": "none", "off": "none"}
 
 
 # ---------------------------------------------------------------- the keys
@@ -155,6 +185,15 @@ def _spec_keys() -> list[Key]:
         Key("pytorch_version", _version, "the container's PyTorch version, e.g. 2.0.0.", ("pytorch", "torch")),
         Key("py_version", _py_version, "the container's Python, e.g. py310.", ("python", "py")),
         Key("processes_per_host", parse_int, "model parallel: processes per instance (default 8).", ("processes",)),
+        Key("checkpoint_minutes", _minutes, "save a checkpoint at least this often, in minutes (fractions allowed; spot default 10)."),
+        Key("volume_size", parse_int, "GB of disk for the instances (default: sized to the model and its checkpoints).", ("disk",)),
+        Key("notify", _choice(NOTIFY_WORDS), "dm: a direct message to you when the job ends (none: no DM at all, whatever /notify dm says)."),
+        Key("code", _code, "your own training code: git+https://HOST/REPO.git@REF (a branch, tag or commit; also "
+            "git+ssh:// and git+file://) or s3://BUCKET/KEY.tar.gz, from the sources in TRAINBOT_CODE_SOURCES."),
+        Key("entry", _entry, "own code: the script to run, its path in the code, "
+            "e.g. examples/pytorch/question-answering/run_qa.py."),
+        Key("metrics", _metrics, "metrics of your own: NAME:REGEX,... with one (group) around the number, "
+            "e.g. metrics='f1:eval_f1=([0-9.]+)'."),
     ]
 
 
@@ -223,7 +262,7 @@ class _Command:
     """What the tokens said so far: the fields, and which token set each one."""
 
     fields: dict[str, Any]
-    preset: str | None = None
+    preset: str | None = None  # the preset or team recipe the command started from
     given: dict[str, str] = field(default_factory=dict)  # canonical key -> the token that set it
 
 
@@ -240,27 +279,46 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
-def parse_command(text: str, *, max_instances: int = DEFAULT_MAX_INSTANCES) -> JobSpec:
-    """``/train [PRESET] key=value ...`` -> a validated JobSpec; SpecError (one sentence) otherwise."""
+def parse_command(
+    text: str, *, max_instances: int = DEFAULT_MAX_INSTANCES, recipes: RecipeLookup | None = None
+) -> JobSpec:
+    """``/train [PRESET|RECIPE] key=value ...`` -> a validated JobSpec; SpecError (one sentence) otherwise.
+
+    ``recipes`` looks a team recipe up by name; its saved arguments are read first, and the keys typed
+    after its name override them, as they override a preset's."""
+    return spec_from_fields(parse_fields(text, recipes=recipes), max_instances=max_instances)
+
+
+def parse_fields(text: str, *, recipes: RecipeLookup | None = None) -> dict[str, Any]:
+    """The raw spec fields of a command (before validation)."""
     tokens = tokenize(text)
     if not tokens:
         raise SpecError(f"Type a preset ({', '.join(PRESETS)}) and key=value options, e.g. {EXAMPLE}, or help.")
     if tokens[0].lower() == "help":
         raise SpecError(f"help is not a job: {COMMAND} help lists the keys and presets; to train, e.g. {EXAMPLE}.")
-    command = _start(tokens[0])
+    command = _start(tokens[0], recipes)
     for token in tokens[1:] if command.preset else tokens:
         _apply(command, token)
     _drop_inapplicable_preset_fields(command)
-    return spec_from_fields(command.fields, max_instances=max_instances)
+    if command.fields.get("code") is None:  # the bot's scripts: only names they take (own code: its own)
+        for slot in command.given:
+            if slot.startswith("hp."):
+                check_script_argument(slot[3:])  # against every script here; the task's once the spec is whole
+    return command.fields
 
 
-def _start(first: str) -> _Command:
+def _start(first: str, recipes: RecipeLookup | None) -> _Command:
     if first in PRESETS:
         return _Command(fields=preset_fields(first), preset=first)
+    recipe = recipes(first) if recipes is not None and "=" not in first else None
+    if recipe is not None:
+        # The recipe's own arguments are a base layer: keys typed after its name override them.
+        return _Command(fields=parse_fields(recipe), preset=first)
     if "=" not in first and _lookup(first) is None:
+        recipe_hint = " and this team's recipes (/recipe list)" if recipes is not None else ""
         raise SpecError(
             f"Unknown preset {show(first)}: {_nearest(first, [*PRESETS, *keys()])}"
-            f"the presets are {', '.join(PRESETS)}, and options are key=value (see {COMMAND} help)."
+            f"the presets are {', '.join(PRESETS)}{recipe_hint}, and options are key=value (see {COMMAND} help)."
         )
     return _Command(fields={})
 
@@ -290,8 +348,7 @@ def _apply(command: _Command, token: str) -> None:
 def _passthrough(name: str, raw: str, token: str) -> HpValue:
     if not HP_NAME.fullmatch(name):
         raise SpecError(f"{show(token)}: hp.NAME needs a NAME of letters, digits and _ (not starting with a digit).")
-    check_reserved(name, raw)
-    check_script_argument(name)  # against every script here; against the task's once the spec is whole
+    check_reserved(name, raw)  # whatever the script; the script's own names are checked once code= is known
     if name in KNOWN_HYPERPARAMETERS:
         return coerce_hyperparameter(name, raw)
     return auto_value(raw)

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import math
 import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from jobs.planning import pricing
-from jobs.planning.hyperparameters import ENTRY_POINTS as ENTRY_POINTS  # `as`: re-exported for callers
-from jobs.planning.hyperparameters import check_script_hyperparameters
+from jobs.planning import cadence, own_code, pricing
+from jobs.planning.hyperparameters import ENTRY_POINTS, check_script_hyperparameters
 from jobs.planning.instances import instance_info
+from jobs.planning.metrics import METRIC_DEFINITIONS as METRIC_DEFINITIONS  # re-exported: the plan's defaults
+from jobs.planning.metrics import METRIC_NAMES as METRIC_NAMES
+from jobs.planning.metrics import definitions_for
+from jobs.planning.metrics import parse_metric_line as parse_metric_line
 from jobs.planning.pricing import CostEstimate, usd
 from jobs.planning.spec import JobSpec, dataset_hyperparameters
 
@@ -26,27 +30,6 @@ BUCKET_PLACEHOLDER = "<TRAINBOT_BUCKET>"
 LINEAGE_PLACEHOLDER = "<lineage>"
 TRAIN_CHANNEL = "train"
 
-#: What the training scripts print, one line each: ``[metric] NAME=VALUE step=STEP``.
-METRIC_NAMES = (
-    "loss",
-    "learning_rate",
-    "epoch",
-    "grad_norm",
-    "eval_loss",
-    "eval_exact_match",
-    "eval_f1",
-    "eval_accuracy",
-    "train_loss",
-    "train_runtime",
-    "train_samples_per_second",
-)
-_NUMBER = r"([-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?)"
-METRIC_DEFINITIONS: list[dict[str, str]] = [
-    {"Name": name, "Regex": rf"\[metric\] {name}={_NUMBER}"} for name in METRIC_NAMES
-]
-_METRIC_LINE = re.compile(
-    r"\[metric\] (" + "|".join(METRIC_NAMES) + rf")={_NUMBER}(?: step=([0-9]+))?(?!\S)"
-)
 _TAG_VALUE_BAD = re.compile(r"[^\w\s.:/=+\-@]")
 
 DISTRIBUTION_LABELS = {
@@ -55,19 +38,6 @@ DISTRIBUTION_LABELS = {
     "model": "model parallel (smdistributed modelparallel over MPI)",
     "ddp": "ddp (torch_distributed, torchrun)",
 }
-
-
-def parse_metric_line(line: str) -> tuple[str, float, int | None] | None:
-    """``[metric] loss=0.69 step=10`` -> ``("loss", 0.69, 10)``; None for any other line."""
-    match = _METRIC_LINE.search(line)
-    if match is None:
-        return None
-    try:
-        value = float(match.group(2))
-    except ValueError:
-        return None
-    step = match.group(3)
-    return match.group(1), value, int(step) if step is not None else None
 
 
 @cache
@@ -171,8 +141,7 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
     """The plan of ``spec`` for lineage ``lineage_id``; an empty bucket gives placeholder URIs."""
     layout = S3Layout(bucket, lineage_id)
     estimator: dict[str, Any] = {
-        "entry_point": ENTRY_POINTS[spec.task],
-        "source_dir": training_source_dir(),
+        **code_arguments(spec),
         "instance_type": spec.instance_type,
         "instance_count": spec.instance_count,
         "transformers_version": spec.transformers_version,
@@ -183,6 +152,10 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
     distribution = distribution_config(spec)
     if distribution is not None:
         estimator["distribution"] = distribution
+    if spec.distribution == "model":
+        # The article's model-parallel notebook turns the debugger off: its hook does not support smp.
+        estimator["debugger_hook_config"] = False
+    estimator["volume_size"] = volume_size_gb(spec)
     estimator["use_spot_instances"] = spec.spot
     estimator["max_run"] = spec.max_run
     if spec.spot:
@@ -192,7 +165,7 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
         checkpoint_local_path=CHECKPOINT_LOCAL_PATH,
         output_path=layout.output,
         code_location=layout.code,
-        metric_definitions=[dict(d) for d in METRIC_DEFINITIONS],
+        metric_definitions=definitions_for(spec.metrics),
         tags=plan_tags(spec, lineage_id or LINEAGE_PLACEHOLDER, launched_by, origin),
     )
     inputs = {TRAIN_CHANNEL: spec.train_data} if spec.train_data else None
@@ -201,15 +174,73 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
 
 def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
     """The spec's hyperparameters plus the model and dataset arguments the scripts read, every one a name
-    the task's script takes and none it may not be handed (a stored spec is checked here too)."""
+    the task's script takes and none it may not be handed (a stored spec is checked here too); then the loss
+    and evaluation cadence for the job's length (unless set), and the checkpoint clock."""
     hps: dict[str, str | int | float | bool] = {"model_name_or_path": spec.model}
     if spec.train_data is None:
         hps.update(dataset_hyperparameters(spec.dataset))
         if spec.dataset_revision:
             hps["dataset_revision"] = spec.dataset_revision
     hps.update(spec.hyperparameters)
+    if spec.own_code:
+        # A team's script takes its own names: only the reserved are refused, and none of the bot's cadence
+        # or checkpoint arguments is added (run_qa.py v4.28 would refuse eval_strategy or checkpoint_minutes).
+        check_script_hyperparameters(hps, spec.task, any_script=True)
+        # The article's output_dir; a spot job's goes where SageMaker keeps checkpoints, so a Trainer script
+        # resumes from its newest checkpoint-N there (the bot's spot entry copies the final model back).
+        hps["output_dir"] = own_code.bot_output_dir(spot=spec.spot)
+        return hps
     check_script_hyperparameters(hps, spec.task)
+    steps = cadence.total_steps(spec, spec.hyperparameters)
+    hps.update(cadence.chosen_cadence(spec.hyperparameters, steps, evaluates=cadence.evaluates(hps)))
+    if spec.checkpoint_minutes is not None:
+        hps["checkpoint_minutes"] = spec.checkpoint_minutes
     return hps
+
+
+def code_arguments(spec: JobSpec) -> dict[str, Any]:
+    """``entry_point``/``source_dir`` (and ``git_config``) of the bot's script, or of the team's own code.
+
+    A spot job with own code runs through the bot's spot entry, shipped beside the team's script
+    (``dependencies``) and told which script to run (``environment``): it copies the final model from the
+    checkpoint folder into the model folder, which SageMaker uploads."""
+    if spec.code is None or spec.entry is None:
+        return {"entry_point": ENTRY_POINTS[spec.task or ""], "source_dir": training_source_dir()}
+    arguments = own_code.source_arguments(spec.code, spec.entry, spec.code_commit)
+    if spec.spot:
+        arguments["environment"] = {own_code.USER_ENTRY_ENV: str(arguments["entry_point"])}
+        arguments["entry_point"] = own_code.SPOT_ENTRY
+        arguments["dependencies"] = [str(Path(training_source_dir()) / own_code.SPOT_ENTRY)]
+    return arguments
+
+
+#: Disk for a job whose preset does not size it: SageMaker's default, enough for the models trainbot knows.
+DEFAULT_VOLUME_GB = 30
+#: Parameters of the models trainbot knows by name, to size their disk (checkpoints hold weights and Adam state).
+MODEL_PARAMETERS = {
+    "bert-large-uncased-whole-word-masking": 336_000_000,
+    "bert-large-uncased": 336_000_000,
+    "roberta-large": 355_000_000,
+    "bert-base-uncased": 110_000_000,
+    "roberta-base": 125_000_000,
+    "distilbert-base-uncased": 66_000_000,
+}
+_CHECKPOINT_BYTES_PER_PARAMETER = 16  # fp32 weights (4) + Adam moments (8) + scheduler, RNG and slack
+_KEPT_CHECKPOINTS = 3  # the Trainer keeps every checkpoint unless save_total_limit says otherwise
+_WORKSPACE_GB = 20  # the dataset, its cache and the final model
+
+
+def volume_size_gb(spec: JobSpec) -> int:
+    """The EBS volume: the spec's (a preset's), else sized to the model and its checkpoints."""
+    if spec.volume_size is not None:
+        return spec.volume_size
+    params = MODEL_PARAMETERS.get(spec.model)
+    if params is None:
+        return DEFAULT_VOLUME_GB
+    kept = spec.hyperparameters.get("save_total_limit")
+    kept_count = kept if isinstance(kept, int) and not isinstance(kept, bool) else _KEPT_CHECKPOINTS
+    checkpoint_gb = params * _CHECKPOINT_BYTES_PER_PARAMETER / 1e9
+    return max(DEFAULT_VOLUME_GB, math.ceil(kept_count * checkpoint_gb + _WORKSPACE_GB))
 
 
 def distribution_config(spec: JobSpec) -> dict[str, Any] | None:
@@ -233,8 +264,17 @@ def plan_tags(spec: JobSpec, lineage_id: str, launched_by: str, origin: str) -> 
         ("trainbot:launched-by", launched_by),
         ("trainbot:origin", origin),
         ("trainbot:preset", spec.preset or ""),
+        ("trainbot:code", code_label(spec, with_ref=False)),
     ]
     return [{"Key": key, "Value": _tag_value(value)} for key, value in pairs if value]
+
+
+def code_label(spec: JobSpec, *, with_ref: bool = True) -> str:
+    """``repo@<short sha> (REF)`` of a job's own code, as the card and reports name it; "" for the bot's scripts."""
+    if spec.code is None:
+        return ""
+    source = own_code.parse_code(spec.code)
+    return own_code.display(source.url, spec.code_commit, source.ref if with_ref else None)
 
 
 def _tag_value(value: str) -> str:
@@ -248,7 +288,8 @@ def render_plan_text(plan: LaunchPlan) -> str:
     """The plan as ``trainbot plan`` prints it: the job, where it runs, and what it costs."""
     spec, est = plan.spec, plan.estimator
     info = instance_info(spec.instance_type)
-    title = f"Plan{' for ' + spec.preset if spec.preset else ''}: {spec.task}, {spec.model} on {plan.inputs and spec.train_data or spec.dataset}"
+    what = spec.task or f"own code {spec.entry}"
+    title = f"Plan{' for ' + spec.preset if spec.preset else ''}: {what}, {spec.model} on {plan.inputs and spec.train_data or spec.dataset}"
     lines = [
         title,
         f"Instances: {spec.instance_count} x {spec.instance_type} "
@@ -256,6 +297,7 @@ def render_plan_text(plan: LaunchPlan) -> str:
         f"Distribution: {DISTRIBUTION_LABELS[spec.distribution]}{_mp_summary(spec)}",
         f"Framework: transformers {spec.transformers_version}, PyTorch {spec.pytorch_version}, {spec.py_version}",
         f"Entry point: {est['entry_point']} in {est['source_dir']}",
+        *own_code_lines(spec),
         "Hyperparameters: " + " ".join(f"{k}={v}" for k, v in est["hyperparameters"].items()),
         _spot_line(spec),
         f"Checkpoints: {est['checkpoint_s3_uri']}",
@@ -263,6 +305,16 @@ def render_plan_text(plan: LaunchPlan) -> str:
         *cost_lines(plan.cost, spec),
     ]
     return "\n".join(lines)
+
+
+def own_code_lines(spec: JobSpec) -> list[str]:
+    """``Code: repo@<short sha>`` and, for a spot job, what the script must do to resume."""
+    if spec.code is None:
+        return []
+    lines = [f"Code: {code_label(spec)}, entry {spec.entry}"]
+    if spec.spot:
+        lines.append(own_code.SPOT_RESUME_NOTE)
+    return lines
 
 
 def _mp_summary(spec: JobSpec) -> str:

@@ -21,21 +21,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, fie
 from jobs.errors import SpecError
 from jobs.planning import versions
 from jobs.planning.hyperparameters import (
-    HP_NAME as HP_NAME,  # `as`: re-exported for jobs.planning.grammar and older callers
-)
-from jobs.planning.hyperparameters import KNOWN_HYPERPARAMETERS as KNOWN_HYPERPARAMETERS
-from jobs.planning.hyperparameters import (
     TRUE_WORDS,
     HpValue,
     check_hyperparameters,
     check_script_hyperparameters,
     show,
 )
-from jobs.planning.hyperparameters import auto_value as auto_value
-from jobs.planning.hyperparameters import coerce_hyperparameter as coerce_hyperparameter
-from jobs.planning.hyperparameters import parse_bool as parse_bool
-from jobs.planning.hyperparameters import parse_int as parse_int
 from jobs.planning.instances import InstanceType, instance_info, normalize_instance_name
+from jobs.planning.metrics import check_user_metrics
+from jobs.planning.own_code import check_entry, is_full_commit, parse_code
 from jobs.planning.presets import DEFAULT_MP_PARAMETERS, DEFAULT_PROCESSES_PER_HOST, PRESETS
 
 Task = Literal["question-answering", "text-classification"]
@@ -47,6 +41,10 @@ DEFAULT_MAX_INSTANCES = 16
 DEFAULT_MAX_RUN = 86400
 MAX_RUNTIME_SECONDS = 28 * 86400  # SageMaker's cap on MaxRuntimeInSeconds and MaxWaitTimeInSeconds
 DEFAULT_SPOT_SAVE_STEPS = 100
+#: A spot job saves at least this often (minutes): the most training an interruption can cost.
+DEFAULT_SPOT_CHECKPOINT_MINUTES = 10.0
+MAX_CHECKPOINT_MINUTES = 24 * 60
+MAX_VOLUME_GB = 16384  # SageMaker's VolumeSizeInGB limit
 MAX_RESTARTS_LIMIT = 20
 
 #: Datasets trainbot knows: name -> (task, HF dataset name, config name).
@@ -89,7 +87,7 @@ class JobSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    task: Task
+    task: Task | None = None  # required unless the job runs its own code (code=)
     model: str
     dataset: str
     instance_type: str = "ml.p3.2xlarge"
@@ -109,6 +107,13 @@ class JobSpec(BaseModel):
     max_restarts: int = 5
     train_data: str | None = None
     dataset_revision: str | None = None
+    checkpoint_minutes: float | None = None  # a checkpoint at least this often; default for spot jobs
+    volume_size: int | None = None  # GB of disk; None: sized to the model (plan.volume_size_gb)
+    notify: Literal["dm", "none"] | None = None  # dm: a DM to the launcher when it ends; none: never
+    code: str | None = None  # own code: git+URL[@REF] or s3://BUCKET/KEY.tar.gz
+    entry: str | None = None  # own code: the script's path in the repository or tarball
+    code_commit: str | None = None  # the commit a git REF named when the lineage was planned (pinned)
+    metrics: dict[str, str] | None = None  # own metric definitions: name -> regex with one group
 
     @model_validator(mode="before")
     @classmethod
@@ -117,15 +122,20 @@ class JobSpec(BaseModel):
 
     @field_validator("hyperparameters")
     @classmethod
-    def _check_hyperparameters(cls, value: dict[str, HpValue], info: ValidationInfo) -> dict[str, HpValue]:
-        checked = check_hyperparameters(value)
-        if isinstance(info.context, dict):  # input, not a stored row (see the module docstring)
-            task = info.data.get("task")
-            check_script_hyperparameters(checked, task if isinstance(task, str) else None)
-        return checked
+    def _check_hyperparameters(cls, value: dict[str, HpValue]) -> dict[str, HpValue]:
+        return check_hyperparameters(value)
+
+    @field_validator("metrics")
+    @classmethod
+    def _check_metrics(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_user_metrics(value) if value else None
 
     @model_validator(mode="after")
     def _check(self, info: ValidationInfo) -> JobSpec:
+        if isinstance(info.context, dict):  # input, not a stored row (see the module docstring)
+            # The bot's scripts take only the names they declare; a team's own script takes its own, and
+            # only what no script may be handed is refused (sagemaker_*, the job's folders, hub pushes).
+            check_script_hyperparameters(self.hyperparameters, self.task, any_script=self.own_code)
         context = info.context if isinstance(info.context, dict) else {}
         check_spec(self, int(context.get("max_instances", DEFAULT_MAX_INSTANCES)))
         return self
@@ -133,6 +143,10 @@ class JobSpec(BaseModel):
     @property
     def instance(self) -> InstanceType:
         return instance_info(self.instance_type)
+
+    @property
+    def own_code(self) -> bool:
+        return self.code is not None
 
 
 def spec_from_fields(fields: dict[str, Any], *, max_instances: int = DEFAULT_MAX_INSTANCES) -> JobSpec:
@@ -236,6 +250,8 @@ def _fill_spot(data: dict[str, Any]) -> None:
         hps = dict(hps or {})
         hps.setdefault("save_steps", _default_save_steps(hps.get("max_steps")))
         data["hyperparameters"] = hps
+    if data.get("checkpoint_minutes") is None:
+        data["checkpoint_minutes"] = DEFAULT_SPOT_CHECKPOINT_MINUTES
 
 
 def _default_save_steps(max_steps: object) -> int:
@@ -252,8 +268,10 @@ def check_spec(spec: JobSpec, max_instances: int) -> None:
     """Every cross-field rule; the first one broken raises SpecError."""
     info = instance_info(spec.instance_type)
     _check_names(spec)
+    _check_own_code(spec)
     _check_instances(spec, info, max_instances)
     _check_times(spec)
+    _check_checkpoints_and_disk(spec)
     versions.validate_versions(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.distribution)
     _check_distribution(spec, info)
     if spec.hyperparameters.get("bf16") is True and not info.bf16:
@@ -273,7 +291,7 @@ def _check_names(spec: JobSpec) -> None:
             raise SpecError(f"{field} {show(value)} may not start with -: name a hub id like owner/name, or an s3:// or local path.")
     if spec.train_data is not None and not spec.train_data.startswith(("s3://", "/", "./", "~")):
         raise SpecError(f"train_data must be an s3:// prefix or a local folder, not {show(spec.train_data)}.")
-    if spec.dataset in DATASETS and DATASETS[spec.dataset][0] != spec.task:
+    if spec.task is not None and spec.dataset in DATASETS and DATASETS[spec.dataset][0] != spec.task:
         raise SpecError(f"dataset={spec.dataset} is {DATASETS[spec.dataset][0]} data, but task={spec.task}: change one of them.")
     if spec.preset is not None and spec.preset not in PRESETS:
         raise SpecError(f"Unknown preset {show(spec.preset)}: choose one of {', '.join(PRESETS)}.")
@@ -281,6 +299,25 @@ def _check_names(spec: JobSpec) -> None:
 
 def _script_values(field: str, value: str) -> list[str]:
     return list(dataset_hyperparameters(value).values()) if field == "dataset" else [value]
+
+
+def _check_own_code(spec: JobSpec) -> None:
+    if spec.code is None:
+        if spec.task is None:
+            raise SpecError(missing_field_message("task"))
+        for field in ("entry", "code_commit"):
+            if getattr(spec, field) is not None:
+                raise SpecError(f"{field}= goes with own code: add code=git+URL@REF or code=s3://BUCKET/KEY.tar.gz.")
+        return
+    source = parse_code(spec.code)
+    if spec.entry is None:
+        raise SpecError(
+            "Own code needs the script to run: entry=PATH/IN/REPO/script.py, "
+            "e.g. entry=examples/pytorch/question-answering/run_qa.py."
+        )
+    check_entry(spec.entry)
+    if spec.code_commit is not None and (not source.is_git or not is_full_commit(spec.code_commit)):
+        raise SpecError("code_commit is the 40-hex commit a git code= REF was pinned to; it is set by trainbot.")
 
 
 def _check_instances(spec: JobSpec, info: InstanceType, max_instances: int) -> None:
@@ -314,6 +351,17 @@ def _check_times(spec: JobSpec) -> None:
             f"max_wait ({spec.max_wait} s) must be at least max_run ({spec.max_run} s) and at most 28 days: "
             "it covers the wait for spot capacity plus the training itself."
         )
+
+
+def _check_checkpoints_and_disk(spec: JobSpec) -> None:
+    minutes = spec.checkpoint_minutes
+    if minutes is not None and not 0 < minutes <= MAX_CHECKPOINT_MINUTES:
+        raise SpecError(
+            f"checkpoint_minutes must be more than 0 and at most {MAX_CHECKPOINT_MINUTES} (fractions allowed, "
+            f"e.g. 0.5 or 10), not {show(minutes)}."
+        )
+    if spec.volume_size is not None and not 1 <= spec.volume_size <= MAX_VOLUME_GB:
+        raise SpecError(f"volume_size must be between 1 and {MAX_VOLUME_GB} GB, not {spec.volume_size}.")
 
 
 def _check_distribution(spec: JobSpec, info: InstanceType) -> None:

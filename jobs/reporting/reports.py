@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.errors import TrainbotError
 from jobs.lifecycle.state import AttemptStatus
 from jobs.planning import pricing
+from jobs.planning.plan import code_label
 
 if TYPE_CHECKING:
     from jobs.backend import TrainingBackend
@@ -40,6 +41,7 @@ class AttemptLine:
     training_seconds: int | None
     cost_usd: float
     resumed_from_step: int | None  # steps this attempt did not redo thanks to the checkpoints
+    steps_redone: int | None = None  # steps the interruption lost past that checkpoint, trained again
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,7 @@ class JobReport:
     lineage_id: str
     status: str
     partial: bool  # the lineage is still running: figures so far
-    task: str
+    task: str | None  # None: the job ran its own code without task=
     model: str
     dataset: str
     instance_count: int
@@ -62,6 +64,7 @@ class JobReport:
     attempts: tuple[AttemptLine, ...]
     checkpoint_uri: str
     links: dict[str, str] = field(default_factory=dict)
+    code: str = ""  # a team's own code as repo@<short sha> (REF), the commit the lineage was pinned to
 
     @property
     def spot_savings_pct(self) -> str | None:
@@ -113,6 +116,7 @@ def build_report(lineage: Lineage, backend: TrainingBackend, *, now: datetime | 
         attempts=lines,
         checkpoint_uri=lineage.checkpoint_uri,
         links=_links(lineage, backend),
+        code=f"{code_label(spec)}, entry {spec.entry}" if spec.own_code else "",
     )
 
 
@@ -128,9 +132,9 @@ def spot_savings(attempts: tuple[Attempt, ...]) -> float | None:
     return max(0.0, 1.0 - billable / training)
 
 
-def headline_metrics(task: str, metrics: dict[str, float]) -> dict[str, float]:
+def headline_metrics(task: str | None, metrics: dict[str, float]) -> dict[str, float]:
     found: dict[str, float] = {}
-    for label, names in HEADLINE_METRICS.get(task, ()):
+    for label, names in HEADLINE_METRICS.get(task or "", ()):
         value = next((metrics[n] for n in names if n in metrics), None)
         if value is not None:
             found[label] = value
@@ -149,6 +153,7 @@ def _attempt_line(attempt: Attempt, count: int) -> AttemptLine:
         training_seconds=attempt.training_seconds,
         cost_usd=_cost(attempt, count, attempt.billable_seconds, spot=attempt.spot),
         resumed_from_step=attempt.resumed_from_step,
+        steps_redone=attempt.steps_redone,
     )
 
 
@@ -201,8 +206,10 @@ def _text_lines(report: JobReport) -> list[str]:
     state = f"{report.status} (so far)" if report.partial else report.status
     lines = [
         f"Job {report.lineage_id}: {state}",
-        f"  {report.model} on {report.dataset} ({report.task}), {report.instance_count} instance(s)",
+        f"  {report.model} on {report.dataset} ({report.task or 'own code'}), {report.instance_count} instance(s)",
     ]
+    if report.code:
+        lines.append(f"  code {report.code}")
     if report.metrics:
         shown = report.headline or report.metrics
         lines.append("  metrics: " + ", ".join(f"{k} {v:.4g}" for k, v in shown.items()))
@@ -231,7 +238,8 @@ def _attempt_text(line: AttemptLine) -> str:
     if line.billable_seconds is not None:
         text += f"  billable {_hms(line.billable_seconds)}, ${line.cost_usd:.2f}"
     if line.resumed_from_step:
-        text += f"  resumed at step {line.resumed_from_step} ({line.resumed_from_step} steps not redone)"
+        redone = f"{line.steps_redone} steps redone" if line.steps_redone is not None else "later steps redone"
+        text += f"  resumed at step {line.resumed_from_step} ({redone})"
     return text
 
 

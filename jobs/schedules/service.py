@@ -29,7 +29,6 @@ from jobs.errors import InvalidState, NotFound, PermissionDenied, ScheduleError,
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.state import LineageStatus
 from jobs.permissions import AccessPolicy
-from jobs.planning.grammar import parse_command
 from jobs.records import Actor
 from jobs.schedules.comparison import DEFAULT_REGRESSION_POINTS, Comparison, compare_runs, final_metrics
 from jobs.schedules.store import (
@@ -41,7 +40,6 @@ from jobs.schedules.store import (
     schedule_runs,
     schedules_table,
 )
-from jobs.schedules.store import scheduler_lease as scheduler_lease  # re-exported for bot/scheduler.py
 from jobs.schedules.text import DEFAULT_TZ, check_name, check_overlap, parse_add_text
 from jobs.settings import Settings
 from jobs.store.schema import write_transaction
@@ -104,7 +102,7 @@ class ScheduleService:
         self.calendar.validate(cron, tz)
         if self.calendar.next_fire(cron, tz, self._clock.now()) is None:
             raise ScheduleError(f"cron={cron!r} never fires (no such date): check the day and month fields.")
-        spec = parse_command(text, max_instances=self._settings.trainbot_max_instances)
+        spec = self._jobs.plan(text).spec  # as a run will read it: recipes, own code allowed and pinned
         self._policy.check_can_use(actor)
         now = self._clock.now()
         values = dict(name=name, cron=cron, tz=tz, text=text, channel=channel, created_by=actor.user_id,

@@ -31,6 +31,7 @@ class Attempt:
     created_at: datetime
     updated_at: datetime
     ended_at: datetime | None
+    steps_redone: int | None = None  # steps past that checkpoint the interruption lost, so trained again
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ def to_attempt(row: Row[Any]) -> Attempt:
         created_at=row.created_at,
         updated_at=row.updated_at,
         ended_at=row.ended_at,
+        steps_redone=row.steps_redone,
     )
 
 

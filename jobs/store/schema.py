@@ -116,6 +116,8 @@ attempts = Table(
     Column("metrics", JSON, nullable=False, default=dict),
     Column("model_artifacts", Text),
     Column("resumed_from_step", Integer),
+    # Steps the interrupted attempt before this one had trained past that checkpoint (lost, so redone).
+    Column("steps_redone", Integer),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("ended_at", UTCDateTime),
@@ -163,7 +165,9 @@ meta = Table(
 
 #: Modules that declare tables of their own on `metadata`. `full_metadata()` imports them, so the
 #: migrations and the drift check see the whole schema whichever modules the running command imported.
-TABLE_MODULES = ("jobs.schedules.store", "jobs.endpoints.store")
+TABLE_MODULES = (
+    "jobs.schedules.store", "jobs.endpoints.store", "jobs.notifications.store", "jobs.recipes.store",
+)
 
 
 def full_metadata() -> MetaData:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -26,7 +26,8 @@ from jobs.planning.grammar import parse_command
 from jobs.planning.plan import LaunchPlan, build_plan
 from jobs.records import RemoteJob, RemoteStatus
 
-JOB_TIMEOUT_S = 150
+JOB_TIMEOUT_S = 300
+pytestmark = pytest.mark.timeout(900)  # two jobs in a row on a busy 2-core machine
 
 
 class RecordingRunner(SubprocessRunner):
@@ -83,6 +84,46 @@ def home(trainbot_home: Path, assets_home: Path) -> Path:
     return trainbot_home
 
 
+#: Secrets the bot holds; a job's processes must never see them (issue 12, item 2).
+CANARY = "canary-secret-7d1f"
+BOT_SECRETS = {
+    "SLACK_BOT_TOKEN": f"xoxb-{CANARY}",
+    "SLACK_SIGNING_SECRET": CANARY,
+    "AWS_SECRET_ACCESS_KEY": CANARY,
+    "AWS_ACCESS_KEY_ID": "AKIA" + CANARY,
+    "TRAINBOT_DATABASE_URL": f"postgresql://bot:{CANARY}@db/trainbot",
+}
+
+
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process under it, found through /proc."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    tree, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        tree.append(current)
+        todo.extend(children.get(current, []))
+    return tree
+
+
+def environments(pid: int) -> dict[int, dict[str, str]]:
+    """The environment of every process in `pid`'s tree, as /proc/<pid>/environ holds it."""
+    found = {}
+    for member in process_tree(pid):
+        try:
+            raw = Path(f"/proc/{member}/environ").read_bytes()
+        except OSError:
+            continue
+        found[member] = dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+    return found
+
+
 @dataclass
 class QaRun:
     home: Path
@@ -91,22 +132,32 @@ class QaRun:
     plan: LaunchPlan
     remote: RemoteJob
     log: str
+    running_environments: dict[int, dict[str, str]]
 
 
 @pytest.fixture(scope="module")
-def qa_run(tmp_path_factory: pytest.TempPathFactory, assets_home: Path) -> QaRun:
+def qa_run(tmp_path_factory: pytest.TempPathFactory, assets_home: Path) -> Iterator[QaRun]:
     home = tmp_path_factory.mktemp("qa-home")
     shutil.copytree(assets_home / "assets", home / "assets")
     runner = RecordingRunner()
-    first = LocalBackend(home, clock=SystemClock(), runner=runner, offline=True)
-    plan = plan_for("bert-squad", "qa1")
-    first.launch("qa1-1", plan)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in BOT_SECRETS.items():  # the bot's own environment holds secrets
+            patch.setenv(name, value)
+        first = LocalBackend(home, clock=SystemClock(), runner=runner, offline=True)
+        plan = plan_for("bert-squad", "qa1")
+        first.launch("qa1-1", plan)
     first.launch("qa1-1", plan)  # a retried launch
     LocalBackend(home, clock=SystemClock(), offline=True).launch("qa1-1", plan)  # from another bot process
+    pid = json.loads((home / "local-jobs" / "qa1-1" / "state.json").read_text())["pid"]
+    running: dict[int, dict[str, str]] = {}
+    progress = home / "local-jobs" / "qa1-1" / "logs" / "train.log"
+    # Read while it trains: the wrapper, `train`, torchrun and both workers.
+    wait_until(lambda: "[progress]" in progress.read_text(), every=0.2)
+    running.update(environments(pid))
     # Watched to the end by a different instance, as a restarted bot would.
     remote = wait_terminal(LocalBackend(home, clock=SystemClock(), offline=True), "qa1-1")
-    log = (home / "local-jobs" / "qa1-1" / "logs" / "train.log").read_text()
-    return QaRun(home, first, runner, plan, remote, log)
+    log = progress.read_text()
+    yield QaRun(home, first, runner, plan, remote, log, running)
 
 
 def test_data_parallel_qa_job_completes_with_exact_match_and_f1(qa_run: QaRun) -> None:
@@ -125,23 +176,37 @@ def test_data_parallel_qa_job_completes_with_exact_match_and_f1(qa_run: QaRun) -
     assert "[shard] rank=1 world_size=2" in qa_run.log
 
 
-def test_job_runs_like_a_sagemaker_container(qa_run: QaRun) -> None:
+def test_job_runs_through_the_training_toolkit_as_the_image_does(qa_run: QaRun) -> None:
     ((argv, env),) = qa_run.runner.spawned
-    assert argv[argv.index("--nproc_per_node") + 1] == "2"
-    assert "torch.distributed.run" in argv
-    script = next(i for i, arg in enumerate(argv) if arg.endswith("train_qa.py"))
-    args = argv[script + 1 :]
-    pairs = dict(zip(args[::2], args[1::2], strict=True))
-    assert pairs["--do_train"] == "True" and pairs["--pad_to_max_length"] == "True"
-    assert pairs["--fp16"] == "False" and pairs["--max_steps"] == "60"
-    checkpoint_dir = qa_run.home / "checkpoints" / "test-bucket" / "trainbot" / "qa1" / "checkpoints"
-    assert pairs["--checkpoint_dir"] == str(checkpoint_dir)
     job = qa_run.home / "local-jobs" / "qa1-1"
-    assert env["SM_MODEL_DIR"] == str(job / "model") and env["SM_OUTPUT_DATA_DIR"] == str(job / "output")
-    assert Path(env["SM_CHANNEL_TRAIN"], "squad.jsonl").is_file() and Path(env["SM_CHANNEL_TEST"]).is_dir()
-    assert env["SM_NUM_GPUS"] == "0" and json.loads(env["SM_HOSTS"]) == [env["SM_CURRENT_HOST"]]
-    assert json.loads(env["SM_HPS"])["max_steps"] == 60
-    assert json.loads(env["SM_TRAINING_ENV"])["channel_input_dirs"]["train"] == env["SM_CHANNEL_TRAIN"]
+    assert argv[-1].endswith("/train")  # the image's entry point, under the exit-code wrapper
+    assert env["SAGEMAKER_TRAINING_MODULE"] == "sagemaker_pytorch_container.training:main"
+    assert env["SAGEMAKER_BASE_DIR"] == str(job)  # the job's own /opt/ml tree
+    hps = {k: json.loads(v) for k, v in json.loads((job / "input/config/hyperparameters.json").read_text()).items()}
+    assert hps["sagemaker_program"] == "train_qa.py" and Path(hps["sagemaker_submit_directory"]).name == "sourcedir.tar.gz"
+    assert hps["max_steps"] == 60 and hps["fp16"] is False and hps["pad_to_max_length"] is True
+    checkpoint_dir = qa_run.home / "checkpoints" / "test-bucket" / "trainbot" / "qa1" / "checkpoints"
+    assert hps["checkpoint_dir"] == str(checkpoint_dir)
+    assert (job / "input/data/train/squad.jsonl").is_file() and (job / "input/data/test").is_dir()
+    # The toolkit itself turned them into the script's environment and arguments, and swapped
+    # smdistributed data parallel for its torchrun launcher on the CPU.
+    assert "Starting distributed training through torchrun" in qa_run.log
+    assert "torchrun --nnodes 1 --nproc_per_node 2 train_qa.py" in qa_run.log
+    assert "Installing dependencies from requirements.txt" in qa_run.log  # requirements.txt honoured
+    assert (job / "output" / "success").is_file() and (job / "output/data/metrics.json").is_file()
+    workers = [e for e in qa_run.running_environments.values() if e.get("SM_CHANNEL_TRAIN")]
+    assert workers and all(e["SM_MODEL_DIR"] == str(job / "model") for e in workers)
+    assert all(e["SM_CHANNEL_TRAIN"] == str(job / "input/data/train") for e in workers)
+
+
+def test_no_process_of_a_running_job_sees_the_bots_secrets(qa_run: QaRun) -> None:
+    ((_, env),) = qa_run.runner.spawned
+    assert len(qa_run.running_environments) >= 4  # wrapper, train, torchrun, two workers (at least)
+    for pid, seen in qa_run.running_environments.items():
+        leaked = {k for k, v in seen.items() if CANARY in v}
+        assert not leaked, f"pid {pid} sees {sorted(leaked)}"
+        assert not {k for k in seen if k.startswith(("SLACK_", "AWS_", "TRAINBOT_"))}, pid
+    assert env["HF_HUB_OFFLINE"] == "1" and env["PATH"] and env["HOME"]
 
 
 def test_launching_one_name_twice_starts_one_process(qa_run: QaRun) -> None:
@@ -184,7 +249,9 @@ def test_spot_job_loses_capacity_then_the_next_attempt_resumes(home: Path) -> No
     checkpoints = backend.checkpoint_folder(plan.estimator["checkpoint_s3_uri"])
     backend.launch("spot1-1", plan)
     wait_until(lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")), every=0.05)
-    backend.take_capacity("spot1-1")
+    furthest = checkpoints / "trainbot-furthest-step.json"
+    wait_until(lambda: furthest.is_file() and json.loads(furthest.read_text())["step"] % 10 > 0, every=0.05)
+    backend.take_capacity("spot1-1")  # SIGKILL: nothing the script can act on
 
     first = wait_terminal(backend, "spot1-1")
     assert (first.status, first.secondary_status) == (RemoteStatus.STOPPED, "MaxWaitTimeExceeded")
@@ -192,17 +259,20 @@ def test_spot_job_loses_capacity_then_the_next_attempt_resumes(home: Path) -> No
     assert first.failure_reason == ""
     assert first.billable_seconds is not None and first.training_seconds is not None
     assert first.billable_seconds < first.training_seconds  # spot bills a fraction
+    log = "\n".join(backend.log_tail("spot1-1", 200))
+    assert "SIGTERM" not in log and "interrupted: saved" not in log  # no save at the kill
     saved = max(int(p.parent.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*/trainer_state.json"))
-    assert 10 <= saved < 60
-    assert f"saved step {saved}" in "\n".join(backend.log_tail("spot1-1", 50))
+    reached = json.loads(furthest.read_text())["step"]
+    assert 10 <= saved <= reached < 60
 
     backend.launch("spot1-2", plan)  # the watcher's relaunch: same lineage, same checkpoint URI
     second = wait_terminal(backend, "spot1-2")
     assert second.status is RemoteStatus.COMPLETED, second.failure_reason
     assert backend.resumed_from_step("spot1-2") == saved
     assert second.resumed_from_step == saved  # what the watcher mirrors into the attempt's report
+    assert second.steps_redone == backend.steps_redone("spot1-2") == reached - saved  # the work the kill cost
     assert "eval_accuracy" in second.final_metrics
-    assert backend.metric_series("spot1-2")["loss"][0].x > saved  # no step trained twice
+    assert backend.metric_series("spot1-2")["loss"][0].x > saved  # the resumed run starts after the checkpoint
 
 
 def test_stopping_a_data_parallel_job_ends_it_stopped_after_a_save(home: Path) -> None:
@@ -258,18 +328,25 @@ def test_unknown_jobs_and_bad_names(trainbot_home: Path) -> None:
     assert backend.list_changed(None) == []
 
 
+TOOLKIT_NOTE = "runner: sagemaker-training toolkit (the training image's `train`)"
+
+
 def test_scaling_note_says_what_runs_locally(trainbot_home: Path) -> None:
     offline = LocalBackend(trainbot_home, clock=SystemClock(), offline=True)
     assert offline.scaling_note(plan_for("bert-squad", "n1")) == (
-        "local: tiny BERT, 200 generated examples, 60 steps, 2 processes; fp16 off on the CPU"
+        "local: tiny BERT, 200 generated examples, 60 steps, 2 processes; smdistributed data parallel runs as"
+        f" torchrun DDP (gloo); fp16 off on the CPU; {TOOLKIT_NOTE}"
     )
-    assert "model parallel runs as plain DDP" in (offline.scaling_note(plan_for("roberta-mnli", "n2")) or "")
+    assert "smdistributed model parallel runs as torchrun DDP (gloo)" in (
+        offline.scaling_note(plan_for("roberta-mnli", "n2")) or ""
+    )
     assert offline.scaling_note(plan_for("distilbert-spot", "n3")) == (
-        "local: tiny BERT, 200 generated examples, 60 steps, 1 process"
+        f"local: tiny BERT, 200 generated examples, 60 steps, 1 process; {TOOLKIT_NOTE}"
     )
-    online = LocalBackend(trainbot_home, clock=SystemClock(), offline=False)
+    online = LocalBackend(trainbot_home, clock=SystemClock(), offline=False, use_toolkit=False)
     assert online.scaling_note(plan_for("distilbert-spot", "n4")) == (
-        "local: distilbert-base-uncased, dataset imdb from the hub, 60 steps, 1 process"
+        "local: distilbert-base-uncased, dataset imdb from the hub, 60 steps, 1 process;"
+        " runner: direct (sagemaker-training is not installed here)"
     )
     assert not (trainbot_home / "assets").exists()  # a plan card builds nothing
 
@@ -296,3 +373,28 @@ def test_hyperparameters_are_passed_as_sagemaker_does() -> None:
         "--name",
         "a b",
     ]
+
+
+def test_the_direct_runner_trains_a_local_train_data_folder_on_the_default_offline_setup(home: Path) -> None:
+    """Where the toolkit cannot run, the direct runner: same tree, channels, SM_* variables and arguments.
+    The data is the person's own folder (string labels), the model the offline tiny BERT."""
+    from jobs.backends.offline_assets import write_imdb_jsonl
+
+    data = home / "data" / "reviews"
+    write_imdb_jsonl(data / "train", 200, seed=11)
+    write_imdb_jsonl(data / "test", 50, seed=12)
+    runner = RecordingRunner()
+    backend = LocalBackend(home, clock=SystemClock(), runner=runner, offline=True, use_toolkit=False)
+    plan = plan_for(f"task=text-classification model=distilbert-base-uncased train_data={data}", "own1")
+    assert "runner: direct" in (backend.scaling_note(plan) or "")
+    backend.launch("own1-1", plan)
+    remote = wait_terminal(backend, "own1-1")
+    assert remote.status is RemoteStatus.COMPLETED, remote.failure_reason
+    assert "eval_accuracy" in remote.final_metrics
+    ((argv, env),) = runner.spawned
+    job = home / "local-jobs" / "own1-1"
+    assert argv[argv.index("--") + 2] == str(job / "code" / "train_classification.py")  # unpacked sourcedir
+    assert env["SM_CHANNEL_TRAIN"] == str(job / "input/data/train")
+    assert (job / "input/data/train").resolve() == (data / "train").resolve()
+    config = json.loads((Path(remote.model_artifacts or "") / "config.json").read_text())
+    assert config["id2label"] == {"0": "neg", "1": "pos"}  # the data's label names, kept

@@ -30,7 +30,7 @@ from jobs.records import Actor, RemoteStatus
 from jobs.settings import Settings
 from jobs.store.store import Store
 
-pytestmark = pytest.mark.timeout(150)
+pytestmark = pytest.mark.timeout(240)
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="console")
 #: Enough for the tiny BERT to answer single-fact questions (~97% exact on the generated test data).
@@ -39,12 +39,13 @@ LIMITS = LocalLimits(
     train_batch_size=32,
     max_seq_length=96,
     save_steps=1000,
-    logging_steps=20,
     train_samples=2000,
     eval_samples=100,
     max_processes=1,
 )
 CUES = ("the city is", "the captain is called", "their ship was named")
+CANARY = "canary-secret-3b9e"
+BOT_SECRETS = {"SLACK_BOT_TOKEN": f"xoxb-{CANARY}", "AWS_SECRET_ACCESS_KEY": CANARY, "TRAINBOT_ADMINS": CANARY}
 
 
 @dataclass
@@ -75,13 +76,16 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     jobs = JobService(store=store, backend=training, settings=settings, clock=clock)
     lineage = jobs.launch("bert-squad distribution=none instances=1 instance_type=ml.p3.2xlarge", actor=ALICE)
     job = f"{lineage.id}-1"
-    _wait(lambda: training.describe(job).status.is_terminal(), 90, "the local training job")
+    _wait(lambda: training.describe(job).status.is_terminal(), 120, "the local training job")
     assert training.describe(job).status is RemoteStatus.COMPLETED, training.log_tail(job, 20)
     Watcher(store, training, clock, settings).poll_once()
     service = EndpointService(
         store=store, backend=LocalEndpoints(home, clock), settings=settings, clock=clock
     )
-    name = service.deploy(lineage.id, options={}, actor=ALICE).name
+    with pytest.MonkeyPatch.context() as patch:  # the bot's environment holds secrets when it deploys
+        for variable, value in BOT_SECRETS.items():
+            patch.setenv(variable, value)
+        name = service.deploy(lineage.id, options={}, actor=ALICE).name
     _wait(
         lambda: service.get(name).status is not EndpointStatus.CREATING or bool(service.poll_once().ready),
         60,
@@ -181,3 +185,13 @@ def _running(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return not (stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
+
+
+def test_the_running_server_does_not_see_the_bots_secrets(deployed: Deployed) -> None:
+    folder = deployed.home / "local-endpoints" / deployed.name
+    pid = json.loads((folder / "endpoint.json").read_text())["pid"]
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    seen = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+    assert CANARY not in raw
+    assert not [k for k in seen if k.startswith(("SLACK_", "AWS_", "TRAINBOT_"))]
+    assert seen["HF_HUB_OFFLINE"] == "1" and "PATH" in seen

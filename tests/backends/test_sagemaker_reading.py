@@ -131,6 +131,9 @@ def logged_job(moto_aws: MotoAws) -> Iterator[str]:
     logs = moto_aws.client("logs")
     if not logs.describe_log_groups(logGroupNamePrefix=LOG_GROUP)["logGroups"]:
         logs.create_log_group(logGroupName=LOG_GROUP)
+    if logs.describe_log_streams(logGroupName=LOG_GROUP, logStreamNamePrefix="logs-1/")["logStreams"]:
+        yield "logs-1"  # the module's moto server has them from an earlier test
+        return
     base = int(ago(600).timestamp() * 1000)
     for stream, offset in (
         ("logs-1/algo-1-1700000000", 0),
@@ -155,6 +158,26 @@ def test_log_tail_merges_the_hosts_streams_in_time_order(backend: SageMakerBacke
     ]
     assert len(backend.log_tail(logged_job, 40)) == 40  # across both hosts, not the other job "logs-10"
     assert backend.log_tail("no-logs-yet", 10) == []
+
+
+def test_host_log_tails_label_each_host_of_a_multi_instance_job(backend: SageMakerBackend, logged_job: str) -> None:
+    tails = backend.host_log_tails(logged_job, 3)
+    assert tails == [
+        ("algo-1", ["algo-1 line 27", "algo-1 line 28", "algo-1 line 29"]),
+        ("algo-2", ["algo-2 line 27", "algo-2 line 28", "algo-2 line 29"]),
+    ]
+    assert backend.host_log_tails("no-logs-yet", 10) == []
+
+
+def test_a_host_with_several_streams_keeps_each_streams_suffix() -> None:
+    from jobs.backends.sagemaker import host_labels
+
+    streams = ["j-1/algo-1-1700000000", "j-1/algo-1-1700000900", "j-1/algo-2-1700000000"]
+    assert host_labels("j-1", streams) == {
+        "j-1/algo-1-1700000000": "algo-1-1700000000",
+        "j-1/algo-1-1700000900": "algo-1-1700000900",
+        "j-1/algo-2-1700000000": "algo-2",
+    }
 
 
 def test_metric_series_are_seconds_since_the_start(moto_aws: MotoAws, backend: SageMakerBackend) -> None:

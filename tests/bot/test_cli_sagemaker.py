@@ -5,9 +5,11 @@ Each command is a fresh process (as in a shell); the state between them lives in
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -90,6 +92,30 @@ def test_schedule_run_launches_at_once(moto_server: MotoAws, cli_env: dict[str, 
     assert job["EnableManagedSpotTraining"] is True
     listed = trainbot(cli_env, "schedule", "list")
     assert "nightly" in listed.stdout and lineage in listed.stdout
+
+
+def test_logs_prints_each_hosts_last_lines(moto_server: MotoAws, cli_env: dict[str, str]) -> None:  # noqa: F811
+    launched = trainbot(cli_env, "launch", "bert-squad")  # 2 instances: algo-1 and algo-2
+    assert launched.returncode == 0, launched.stderr
+    lineage = launched.stdout.strip().splitlines()[-1]
+    logs = moto_server.client("logs")
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        logs.create_log_group(logGroupName="/aws/sagemaker/TrainingJobs")
+    start = int(time.time() * 1000)
+    for host in (2, 1):
+        stream = f"{lineage}-1/algo-{host}-1700000000"
+        logs.create_log_stream(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream)
+        logs.put_log_events(logGroupName="/aws/sagemaker/TrainingJobs", logStreamName=stream, logEvents=[
+            {"timestamp": start + i, "message": f"algo-{host} line {i}"} for i in range(10)])
+    shown = trainbot(cli_env, "logs", lineage, "--lines", "2")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [
+        "== algo-1 (2 lines) ==", "algo-1 line 8", "algo-1 line 9",
+        "== algo-2 (2 lines) ==", "algo-2 line 8", "algo-2 line 9",
+    ]
+    bad = trainbot(cli_env, "logs", lineage, "--lines", "0")
+    assert bad.returncode == 2 and bad.stderr.strip().splitlines() == [
+        "trainbot: The number of lines must be a whole number from 1 to 500, not '0'."]
 
 
 @pytest.mark.parametrize(

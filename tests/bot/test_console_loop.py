@@ -4,6 +4,7 @@ cheaply show (a failed job makes a script exit 1; piped input; tuning; console-o
 from __future__ import annotations
 
 import io
+import re
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -107,3 +108,45 @@ def test_terminal_tuning_keeps_what_the_environment_set(tmp_path: Path) -> None:
     tune_for_terminal(chosen)
     assert (default.settings.trainbot_poll_seconds, default.settings.trainbot_relaunch_backoff_seconds) == (1.0, 2.0)
     assert (chosen.settings.trainbot_poll_seconds, chosen.settings.trainbot_relaunch_backoff_seconds) == (7, 0)
+
+
+@pytest.mark.timeout(90)
+def test_notify_logs_and_home_in_the_console(tmp_path: Path) -> None:
+    backend = ScriptedBackend(clock=SystemClock())
+    fail_soon(backend, "AlgorithmError: ValueError: the train channel is empty")
+    script = tmp_path / "notify.txt"
+    script.write_text("\n".join([
+        "/notify on failed completed",
+        "/notify dm off",
+        "/notify on explode",
+        "/train bert-squad",
+        "launch",
+        "/wait $last",
+        "/logs $last 1",
+        "logs",
+        "/logs",
+        "/home",
+    ]) + "\n")
+    out = io.StringIO()
+
+    code = run_console(runtime_on(backend, tmp_path / "home"), script, stdout=out)
+
+    transcript = out.getvalue()
+    assert code == 1, transcript
+    lineage = re.findall(r"^┌ (bert-squad-[0-9a-f]+)$", transcript, re.MULTILINE)[0]
+    assert "trainbot> /notify on failed completed\nThis channel now gets failed, completed for every job." in transcript
+    assert "Unknown event 'explode'" in transcript
+    # The routed line: top level in the subscribed channel (here the console), not in the job's thread.
+    routed = f"\n✖ {lineage} failed: AlgorithmError: ValueError: the train channel is empty (console:"
+    assert routed in transcript and "#CONSOLE" in transcript.split(routed, 1)[1].splitlines()[0]
+    assert "✉ direct message" not in transcript  # /notify dm off
+    logs = transcript.split("trainbot> /logs $last 1\n", 1)[1].split("trainbot> ", 1)[0]
+    assert f"Reading the last 1 lines of {lineage}-1's log…" in logs
+    assert f"{lineage}-1 (1 lines)" in logs and "ValueError: the train channel is empty" in logs
+    assert "loading data" not in logs
+    pressed = transcript.split("trainbot> logs\n", 1)[1].split("trainbot> ", 1)[0]
+    assert "loading data" in pressed  # the failed card's Logs button: the default 40 lines
+    assert "trainbot> /logs\nUsage: /logs JOB [N]" in transcript
+    home = transcript.split("trainbot> /home\n", 1)[1]
+    assert "Your running jobs" in home and "Nothing of yours is running." in home
+    assert f"{lineage} ✖ failed" in home and "Team spend" in home and "Schedules" in home

@@ -2,7 +2,8 @@
 
 One console run covers the issue's scenario (one run, because every local job pays a torch start-up):
 a QA job (data parallel as 2 processes), a sentence-pair classification job, a spot job that loses its
-capacity and is relaunched from its checkpoints, /jobs, /stop of a running job, and bad input named back.
+capacity and is relaunched from its checkpoints, /jobs, /stop of a running job, and bad input named back;
+then the console's share of Slack's extras: /notify lines, /logs of a job's log file, and /home.
 The transcript is what a person would read; the job folders are what really ran.
 """
 
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 
 SCRIPT = """\
-# the three recipes, a job stopped, and mistakes
+# the three recipes, a job stopped, and mistakes; then logs and the home page
+/notify on completed failed
 /train bert-squad hp.max_steps=30
 launch
 /train roberta-mnli hp.max_steps=30
@@ -32,6 +34,9 @@ launch
 /train bert-squad instances=zero
 lunch
 /job $9
+/wait
+/logs $1 3
+/home
 """
 
 
@@ -131,3 +136,19 @@ def test_bad_lines_are_named_back_and_the_script_goes_on(
     assert "zero" in bad_count and "Traceback" not in bad_count
     assert "trainbot> lunch\nUnknown input `lunch`: type a /command, a button label, or help." in out
     assert "trainbot> /job $9\n$9 names no job: this session has launched 4 so far." in out
+
+
+@pytest.mark.timeout(480)
+def test_notify_logs_and_home_work_on_the_local_backend(session: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    out, home = session[0].stdout, session[1]
+    qa = lineage_ids(out, "bert-squad")[0]
+    assert "trainbot> /notify on completed failed\nThis channel now gets completed, failed for every job." in out
+    routed = re.findall(r"^✔ (\S+) completed: .*\(console:\S+\)\. #CONSOLE$", out, re.MULTILINE)
+    assert sorted(routed) == sorted([qa, *lineage_ids(out, "roberta-mnli"), *lineage_ids(out, "distilbert-spot")])
+    logs = out.split("trainbot> /logs $1 3\n", 1)[1].split("trainbot> ", 1)[0]
+    log_file = home.resolve() / "local-jobs" / f"{qa}-1" / "logs" / "train.log"
+    assert f"{log_file} (3 lines)" in logs
+    assert "[trainbot] training process exited with code 0" in logs
+    page = out.split("trainbot> /home\n", 1)[1]
+    assert "Your running jobs" in page and "Nothing of yours is running." in page
+    assert all(name in page for name in lineage_ids(out, "bert-squad")) and "Team spend" in page

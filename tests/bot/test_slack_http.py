@@ -6,22 +6,20 @@ import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
 
-from bot.slack_app import create_app
 from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
 from handlers import cards, train
 from handlers.blocks import buttons_in
-from tests.handlers.fakes import World, make_world
+from tests.handlers.fakes import make_world
 from tests.support.slack_api import BOT_TOKEN, SlackApiServer
 from tests.support.slack_bot import (
-    BackgroundWork,
-    HttpBot,
+    HttpRig,
     block_action,
+    http_rig,
     signed_headers,
     slash_command,
     view_submission,
@@ -30,34 +28,14 @@ from tests.support.slack_bot import (
 SECRET = "test-signing-secret"
 
 
-@dataclass
-class Rig:
-    slack: SlackApiServer
-    world: World
-    bot: HttpBot
-    work: BackgroundWork
-
-    def settle(self) -> None:
-        self.work.settle()
+Rig = HttpRig
 
 
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
-    slack = SlackApiServer().start()
-    work = BackgroundWork()
-    world = make_world(tmp_path, run_later=work, slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET,
-                       slack_api_url=slack.base_url, trainbot_allowed_users=("U_ALICE", "U_ADMIN"),
-                       trainbot_admins=("U_ADMIN",))
-    client = make_web_client(world.settings)
-    chat = SlackChat(client, pacer=ChannelPacer(0.0))
-    app = create_app(world.settings, world.services, client=client, chat=chat, http=True)
-    bot = HttpBot(app, secret=SECRET).start()
-    try:
-        yield Rig(slack, world, bot, work)
-    finally:
-        bot.stop()
-        work.shutdown()
-        slack.stop()
+    with http_rig(tmp_path, secret=SECRET, trainbot_allowed_users=("U_ALICE", "U_ADMIN"),
+                  trainbot_admins=("U_ADMIN",)) as rig:
+        yield rig
 
 
 def plan_card(rig: Rig, text: str = "bert-squad spot=yes", user: str = "U_ALICE") -> dict:
@@ -210,6 +188,9 @@ def test_the_manifest_declares_every_command_and_interactivity() -> None:
     assert manifest["settings"]["interactivity"]["is_enabled"] and manifest["settings"]["socket_mode_enabled"]
     scopes = set(manifest["oauth_config"]["scopes"]["bot"])
     assert {"commands", "chat:write", "files:write", "im:write"} <= scopes
+    assert {"channels:history", "groups:history", "im:history"} <= scopes  # looking for a lost post
+    assert manifest["features"]["app_home"]["home_tab_enabled"]
+    assert "app_home_opened" in manifest["settings"]["event_subscriptions"]["bot_events"]
 
 
 def test_serve_http_answers_then_stops_cleanly_on_sigterm(tmp_path: Path) -> None:

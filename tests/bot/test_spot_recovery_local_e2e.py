@@ -1,11 +1,13 @@
-"""End to end on the local backend: a spot job whose capacity is taken is relaunched by the watcher
-from its checkpoints and ends with the step count and weights of an uninterrupted run.
+"""End to end on the local backend: a spot job whose capacity is taken (its processes killed with no signal
+the script can act on, as SageMaker's image does) is relaunched by the watcher from the last checkpoint on
+disk, redoes the steps after it, and ends with the step count and weights of an uninterrupted run.
 
 Real processes, real training of the tiny model; the two lineages train side by side.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -45,7 +47,13 @@ def test_a_reclaimed_spot_job_resumes_and_matches_an_uninterrupted_run(trainbot_
     reclaimed = runtime.jobs.launch(SPEC, actor=OPERATOR)
     checkpoints = backend.checkpoint_folder(reclaimed.checkpoint_uri)
 
-    wait_for(lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")), "a first complete checkpoint")
+    furthest = checkpoints / "trainbot-furthest-step.json"
+
+    def past_a_checkpoint() -> bool:
+        saved = [int(p.parent.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*/trainer_state.json")]
+        return bool(saved) and furthest.is_file() and json.loads(furthest.read_text())["step"] > max(saved)
+
+    wait_for(past_a_checkpoint, "a step past the first complete checkpoint")
     backend.take_capacity(f"{reclaimed.id}-1")
 
     def both_ended() -> bool:
@@ -59,6 +67,9 @@ def test_a_reclaimed_spot_job_resumes_and_matches_an_uninterrupted_run(trainbot_
     first, second = reclaimed.attempts
     assert first.secondary_status == "MaxWaitTimeExceeded"
     assert second.resumed_from_step and second.resumed_from_step > 0
+    redone = backend.describe(second.job_name).steps_redone
+    assert redone is not None and redone >= 1  # the kill lost the steps after the checkpoint; they were redone
+    assert "SIGTERM" not in "\n".join(backend.log_tail(first.job_name, 400))
 
     steady_job, resumed_job = steady.attempts[-1].job_name, second.job_name
     assert backend.metric_series(resumed_job)["loss"][-1].x == backend.metric_series(steady_job)["loss"][-1].x

@@ -49,8 +49,13 @@ def test_data_parallel_estimator() -> None:
             "max_steps": 100,
             "pad_to_max_length": True,
             "doc_stride": 128,
+            # 100 steps: a loss every 5 (20 points), an evaluation every quarter (cadence.py)
+            "logging_steps": 5,
+            "eval_strategy": "steps",
+            "eval_steps": 25,
         },
         "distribution": {"smdistributed": {"dataparallel": {"enabled": True}}},
+        "volume_size": 200,
         "use_spot_instances": False,
         "max_run": 86400,
         "checkpoint_s3_uri": "s3://my-bucket/trainbot/bert-squad-1a2b3c4d/checkpoints",
@@ -190,7 +195,7 @@ class TestMetrics:
     @pytest.mark.parametrize(
         "line",
         ["", "loss=0.5 step=1", "[metric] lossy=0.5 step=1", "[metric] loss=abc step=1", "[metric] loss=1.2.3 step=1",
-         "[metrics] loss=0.5 step=1", "{'loss': 0.5}"],
+         "[metrics] loss=0.5 step=1", "{'lossy': 0.5}", "{'eval_loss_x': 0.5}"],
     )
     def test_other_lines_are_not_metrics(self, line: str) -> None:
         assert parse_metric_line(line) is None

@@ -21,6 +21,7 @@ def test_bert_squad() -> None:
     assert spec.dataset == "squad"
     assert spec.instance_type == "ml.p3.16xlarge"
     assert spec.instance_count == 2
+    assert spec.volume_size == 200
     assert spec.distribution == "data"
     assert spec.spot is False
     assert spec.max_wait is None
@@ -46,7 +47,8 @@ def test_roberta_mnli() -> None:
     assert spec.model == "roberta-large"
     assert spec.dataset == "mnli"
     assert spec.instance_type == "ml.p3.16xlarge"
-    assert spec.instance_count == 2
+    assert spec.instance_count == 1  # the notebook's one instance
+    assert spec.volume_size == 200
     assert spec.distribution == "model"
     assert spec.processes_per_host == 8
     assert spec.mp_parameters == {
@@ -91,3 +93,17 @@ def test_preset_fields_are_copies(name: str) -> None:
     fields["hyperparameters"]["num_train_epochs"] = 99
     assert PRESETS[name]["hyperparameters"]["num_train_epochs"] != 99
     assert spec_from_fields(preset_fields(name)) == parse_command(name)
+
+
+def test_the_plans_match_the_notebooks_estimators() -> None:
+    from jobs.planning.plan import build_plan
+
+    def estimator(text: str) -> dict:
+        return build_plan(parse_command(text), bucket="b", lineage_id="l").estimator
+
+    squad, mnli, spot = estimator("bert-squad"), estimator("roberta-mnli"), estimator("distilbert-spot")
+    assert (squad["volume_size"], mnli["volume_size"]) == (200, 200)
+    assert mnli["debugger_hook_config"] is False and "debugger_hook_config" not in squad
+    assert spot["volume_size"] == 30  # sized to DistilBERT: SageMaker's default is plenty
+    assert estimator("distilbert-spot model=bert-large-uncased")["volume_size"] > 30  # sized to the model
+    assert estimator("distilbert-spot volume_size=75")["volume_size"] == 75

@@ -48,6 +48,7 @@ def two_attempts() -> Lineage:
                     billable_seconds=600, training_seconds=1800, ended_at=T0 + timedelta(minutes=40))
     second = attempt(2, instance_type="ml.p3.8xlarge", billable_seconds=300, training_seconds=1200,
                      metrics={"eval_exact_match": 81.2, "eval_f1": 88.5, "eval_loss": 1.1}, resumed_from_step=400,
+                     steps_redone=25,
                      ended_at=T0 + timedelta(minutes=90))
     return lineage(first, second)
 
@@ -78,7 +79,7 @@ def test_the_terminal_text_names_what_a_person_looks_for() -> None:
     text = build_report(two_attempts(), ScriptedBackend()).to_text()
     assert text.splitlines()[0] == "Job qa-1: completed"
     for part in ("exact_match 81.2", "f1 88.5", "spot savings 70%", "1 h 30 min", "qa-1-2  ml.p3.8xlarge spot",
-                 "(MaxWaitTimeExceeded)", "resumed at step 400", "fake://jobs/qa-1-2"):
+                 "(MaxWaitTimeExceeded)", "resumed at step 400 (25 steps redone)", "fake://jobs/qa-1-2"):
         assert part in text, part
 
 

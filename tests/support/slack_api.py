@@ -3,7 +3,9 @@ URL behind files_upload_v2. Every call is recorded. (Socket Mode: tests/support/
 sends and the bot under test: tests/support/slack_bot.py.)
 
 Slack has no offline emulator; this answers the methods trainbot uses the way Slack does (shapes taken
-from the API reference), and can answer 429 with Retry-After, or fail, on demand.
+from the API reference), and can answer 429 with Retry-After, or fail, on demand. Posted messages are kept
+per channel with their metadata, and conversations.history / conversations.replies read them back; a post
+can be made slow (stored, then answered after the client gave up) or its connection dropped once stored.
 """
 
 from __future__ import annotations
@@ -48,7 +50,12 @@ class SlackApiServer:
         self._ts = itertools.count(1)
         self._rate_limits: dict[str, list[float]] = {}
         self._failures: dict[str, list[str]] = {}
+        self._http_failures: dict[str, list[int]] = {}
+        self._late: dict[str, list[float]] = {}
+        self._drops: dict[str, int] = {}
         self._down = False
+        #: channel -> the messages posted there (thread replies included), oldest first.
+        self.messages: dict[str, list[dict[str, Any]]] = {}
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-slack",
@@ -92,6 +99,27 @@ class SlackApiServer:
     def fail(self, method: str, *, times: int = 1, error: str = "internal_error") -> None:
         with self._lock:
             self._failures.setdefault(method, []).extend([error] * times)
+
+    def fail_http(self, method: str, *, times: int = 1, status: int = 500) -> None:
+        """The next `times` calls answer HTTP `status` before doing anything (nothing is stored)."""
+        with self._lock:
+            self._http_failures.setdefault(method, []).extend([status] * times)
+
+    def answer_late(self, method: str, *, seconds: float, times: int = 1) -> None:
+        """The next `times` calls do their work (a post is stored) and answer `seconds` later."""
+        with self._lock:
+            self._late.setdefault(method, []).extend([seconds] * times)
+
+    def drop_after(self, method: str, *, times: int = 1) -> None:
+        """The next `times` calls do their work (a post is stored), then close the connection unanswered."""
+        with self._lock:
+            self._drops[method] = self._drops.get(method, 0) + times
+
+    def thread_of(self, channel: str, thread_ts: str) -> list[dict[str, Any]]:
+        """The replies in a thread (its parent excluded), oldest first."""
+        with self._lock:
+            return [m for m in self.messages.get(channel, []) if m.get("thread_ts") == thread_ts
+                    and m["ts"] != thread_ts]
 
     def set_down(self, down: bool) -> None:
         """An outage: every API call answers 503."""
@@ -137,6 +165,9 @@ class SlackApiServer:
         with self._lock:
             if self._down:
                 return 503, {}, {"ok": False, "error": "service_unavailable"}
+            statuses = self._http_failures.get(method)
+            if statuses:
+                return statuses.pop(0), {}, {"ok": False, "error": "internal_error"}
             waits = self._rate_limits.get(method)
             if waits:
                 retry_after = waits.pop(0)
@@ -171,6 +202,16 @@ class SlackApiServer:
             "is_enterprise_install": False,
         }
 
+    def delivery(self, method: str) -> tuple[float, bool]:
+        """How this call's answer goes back: (seconds to wait first, dropped instead)."""
+        with self._lock:
+            late = self._late.get(method)
+            delay = late.pop(0) if late else 0.0
+            dropped = self._drops.get(method, 0) > 0
+            if dropped:
+                self._drops[method] -= 1
+        return delay, dropped
+
     def _m_chat_postMessage(self, params: dict[str, Any]) -> dict[str, Any]:
         ts = self._next_ts()
         message = {
@@ -181,7 +222,28 @@ class SlackApiServer:
             "blocks": params.get("blocks") or [],
             "thread_ts": params.get("thread_ts"),
         }
+        if params.get("metadata"):
+            message["metadata"] = params["metadata"]
+        with self._lock:
+            self.messages.setdefault(str(params.get("channel")), []).append(message)
         return {"channel": params.get("channel"), "ts": ts, "message": message}
+
+    def _m_conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The channel's messages (thread parents and unthreaded), newest first."""
+        with self._lock:
+            stored = list(self.messages.get(str(params.get("channel")), []))
+        top = [m for m in reversed(stored) if m.get("thread_ts") in (None, m["ts"])]
+        return _page(top, params)
+
+    def _m_conversations_replies(self, params: dict[str, Any]) -> dict[str, Any]:
+        """A thread's parent and replies, oldest first."""
+        parent = str(params.get("ts"))
+        with self._lock:
+            stored = list(self.messages.get(str(params.get("channel")), []))
+        thread = [m for m in stored if m["ts"] == parent or m.get("thread_ts") == parent]
+        if not any(m["ts"] == parent for m in thread):
+            return {"ok": False, "error": "thread_not_found"}
+        return _page(thread, params)
 
     def _m_chat_update(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"channel": params.get("channel"), "ts": params.get("ts"), "text": params.get("text", "")}
@@ -194,6 +256,18 @@ class SlackApiServer:
 
     def _m_views_open(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"view": {"id": "V" + uuid.uuid4().hex[:8].upper(), **(params.get("view") or {})}}
+
+    def _m_views_publish(self, params: dict[str, Any]) -> dict[str, Any]:
+        view = params.get("view") or {}
+        return {"view": {"id": "V" + uuid.uuid4().hex[:8].upper(), "team_id": TEAM, **view}}
+
+    def _m_chat_getPermalink(self, params: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(params.get("channel", "")), str(params.get("message_ts", ""))
+        return {"channel": channel, "permalink": f"https://test.slack.com/archives/{channel}/p{ts.replace('.', '')}"}
+
+    def published_views(self, user: str | None = None) -> list[dict[str, Any]]:
+        """The views.publish calls' views (of one user), oldest first."""
+        return [c.params["view"] for c in self.calls_to("views.publish") if user is None or c.params["user_id"] == user]
 
     def _m_usergroups_list(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"usergroups": [{"id": gid, "users": users} for gid, users in self.usergroups.items()]}
@@ -233,9 +307,13 @@ class SlackApiServer:
                 url = urlparse(self.path)
                 if url.path.startswith("/api/"):
                     params = _params(url.query, body, self.headers.get("Content-Type", ""))
-                    status, headers, data = server.answer(
-                        url.path[5:], params, self.headers.get("Authorization")
-                    )
+                    method = url.path[5:]
+                    status, headers, data = server.answer(method, params, self.headers.get("Authorization"))
+                    delay, dropped = server.delivery(method)
+                    time.sleep(delay)
+                    if dropped:
+                        self.close_connection = True
+                        return
                     self._reply(status, json.dumps(data).encode(), "application/json; charset=utf-8", headers)
                 elif url.path.startswith("/upload/"):
                     server._record(
@@ -274,6 +352,18 @@ def _params(query: str, body: bytes, content_type: str) -> dict[str, Any]:
             with suppress(ValueError):
                 params[name] = json.loads(params[name])
     return params
+
+
+def _page(messages: list[dict[str, Any]], params: dict[str, Any]) -> dict[str, Any]:
+    """One page as Slack pages (limit, cursor); metadata only with include_all_metadata, as Slack does."""
+    start = int(params.get("cursor") or 0)
+    limit = int(params.get("limit") or 100)
+    with_metadata = str(params.get("include_all_metadata", "")).lower() in ("1", "true")
+    shown = [m if with_metadata else {k: v for k, v in m.items() if k != "metadata"}
+             for m in messages[start:start + limit]]
+    more = start + limit < len(messages)
+    return {"messages": shown, "has_more": more,
+            "response_metadata": {"next_cursor": str(start + limit) if more else ""}}
 
 
 @contextmanager

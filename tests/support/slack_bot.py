@@ -6,10 +6,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from tests.support.slack_api import TEAM
+from tests.support.slack_api import BOT_TOKEN, TEAM, SlackApiServer
+
+if TYPE_CHECKING:
+    from tests.handlers.fakes import World
 
 
 def signed_headers(
@@ -121,6 +127,33 @@ def view_submission(
     }
 
 
+def event_callback(event: dict[str, Any], *, event_id: str = "Ev1") -> dict[str, Any]:
+    """An Events API delivery (JSON, signed like the rest), e.g. app_home_opened."""
+    return {
+        "token": "legacy",
+        "team_id": TEAM,
+        "api_app_id": "A0TEST",
+        "type": "event_callback",
+        "event_id": event_id,
+        "event_time": int(time.time()),
+        "event": event,
+    }
+
+
+def home_opened(user: str = "U_ALICE", *, tab: str = "home") -> dict[str, Any]:
+    return event_callback({"type": "app_home_opened", "user": user, "channel": f"D{user}", "tab": tab,
+                           "event_ts": f"{time.time():.6f}"})
+
+
+def home_action(action_id: str, value: str, *, user: str = "U_ALICE") -> dict[str, Any]:
+    """A button pressed on the App Home tab (a view, not a message: there is no channel)."""
+    payload = block_action(action_id, value, user=user)
+    payload.pop("channel")
+    payload["container"] = {"type": "view", "view_id": "VHOME"}
+    payload["view"] = {"id": "VHOME", "type": "home", "blocks": [], "hash": "h"}
+    return payload
+
+
 def form_body(fields: dict[str, Any]) -> str:
     """A slash command's form as is; an interaction as Slack sends it: `payload=<json>`."""
     from urllib.parse import urlencode
@@ -146,7 +179,7 @@ class HttpBot:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
-        self.asgi = SlackHttpApp(app)
+        self.asgi = SlackHttpApp(app, signing_secret=secret)
         self.server = http_server(self.asgi, host="127.0.0.1", port=self.port)
         self._thread = threading.Thread(target=self.server.run, name="bot-http", daemon=True)
 
@@ -169,23 +202,29 @@ class HttpBot:
         return f"http://127.0.0.1:{self.port}/slack/events"
 
     def send(
-        self, body: str, headers: dict[str, str], *, path: str = "/slack/events", method: str = "POST"
+        self, body: str | bytes, headers: dict[str, str], *, path: str = "/slack/events", method: str = "POST"
     ) -> tuple[int, str]:
         import http.client
 
+        data = body.encode() if isinstance(body, str) else body
         connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         try:
-            connection.request(
-                method, path, body=body.encode() if method == "POST" else None, headers=headers
-            )
+            connection.request(method, path, body=data if method == "POST" else None, headers=headers)
             response = connection.getresponse()
-            return response.status, response.read().decode()
+            return response.status, response.read().decode(errors="replace")
         finally:
             connection.close()
 
     def post(self, fields: dict[str, Any], *, retry_num: int | None = None) -> tuple[int, str]:
         body = form_body(fields)
         return self.send(body, signed_headers(self.secret, body, retry_num=retry_num))
+
+    def post_event(self, envelope: dict[str, Any]) -> tuple[int, str]:
+        """An Events API request: a JSON body, signed."""
+        body = json.dumps(envelope)
+        headers = signed_headers(self.secret, body)
+        headers["Content-Type"] = "application/json"
+        return self.send(body, headers)
 
 
 class BackgroundWork:
@@ -222,3 +261,41 @@ class BackgroundWork:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+# ---------------------------------------------------------------- a whole rig
+
+
+@dataclass
+class HttpRig:
+    """The real Bolt app over HTTP on a handlers World (real store, scripted backend), against the fake Slack."""
+
+    slack: SlackApiServer
+    world: World
+    bot: HttpBot
+    work: BackgroundWork
+
+    def settle(self) -> None:
+        self.work.settle()
+
+
+@contextmanager
+def http_rig(tmp_path: Path, *, secret: str, **settings: Any) -> Iterator[HttpRig]:
+    from bot.slack_app import create_app
+    from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
+    from tests.handlers.fakes import make_world
+
+    slack = SlackApiServer().start()
+    work = BackgroundWork()
+    world = make_world(tmp_path, run_later=work, slack_bot_token=BOT_TOKEN, slack_signing_secret=secret,
+                       slack_api_url=slack.base_url, **settings)
+    client = make_web_client(world.settings)
+    app = create_app(world.settings, world.services, client=client,
+                     chat=SlackChat(client, pacer=ChannelPacer(0.0)), http=True)
+    bot = HttpBot(app, secret=secret).start()
+    try:
+        yield HttpRig(slack, world, bot, work)
+    finally:
+        bot.stop()
+        work.shutdown()
+        slack.stop()

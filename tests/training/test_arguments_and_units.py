@@ -168,3 +168,21 @@ def test_missing_channel_gives_one_line_and_exit_2(assets, tmp_path: Path) -> No
                                               "--output_dir", str(tmp_path)], script_env(assets.squad_train, None))
     assert eval_missing.returncode == 2 and "SM_CHANNEL_TEST" in eval_missing.stderr
     assert eval_missing.stderr.strip().count("\n") == 0
+
+
+def test_the_whole_lineage_train_loss_weights_each_logged_loss_by_its_steps() -> None:
+    # A run logged at 10 and 20, was killed, resumed from a checkpoint at 25 (logged there too) and ended at 40.
+    history = [{"loss": 0.7, "step": 10}, {"loss": 0.5, "step": 20}, {"loss": 0.4, "step": 25},
+               {"eval_loss": 0.3, "step": 25}, {"loss": 0.2, "step": 40}, {"train_loss": 0.1, "step": 40}]
+    assert metrics_log.lineage_train_loss(history) == pytest.approx((7 + 5 + 2 + 3) / 40)
+    assert metrics_log.lineage_train_loss([]) is None
+
+
+def test_label_names_come_from_the_data_or_the_class_label() -> None:
+    tc = train_classification
+    rows = [{"text": "a", "label": "pos"}, {"text": "b", "label": "neg"}]
+    assert tc.label_names([rows, [{"text": "c", "label": "meh"}]], []) == ["meh", "neg", "pos"]
+    assert tc.label_names([[{"text": "a", "label": 1}]], ["neg", "pos"]) == ["neg", "pos"]  # a ClassLabel's
+    assert tc.label_names([[{"text": "a", "label": 1}]], []) == []
+    with pytest.raises(script_arguments.UsageError, match="mix"):
+        tc.label_names([rows + [{"text": "d", "label": 0}]], [])

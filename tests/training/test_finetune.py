@@ -71,7 +71,8 @@ def test_qa_writes_model_where_sagemaker_expects(qa_run) -> None:
     assert (model / "tokenizer.json").exists() or (model / "vocab.txt").exists()
     assert not (model / "pytorch_model.bin").exists()
     assert not (root / "out").exists()  # the final model goes to SM_MODEL_DIR, checkpoints to --checkpoint_dir
-    assert [p.name for p in (root / "ckpt").iterdir()] == ["checkpoint-200"]  # save_total_limit 1
+    assert [p.name for p in (root / "ckpt").glob("checkpoint-*")] == ["checkpoint-200"]  # save_total_limit 1
+    assert (root / "ckpt" / "trainbot-furthest-step.json").is_file()  # how far the run got, for a resume
     from transformers import AutoModelForQuestionAnswering
 
     AutoModelForQuestionAnswering.from_pretrained(str(model))

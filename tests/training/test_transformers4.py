@@ -2,21 +2,29 @@
 smdistributed data-parallel containers. The rest of the suite runs them on transformers 5.
 
 A second virtual environment (`.venv-tf4`, made once and kept, ignored by git; the `python4` fixture of
-conftest.py) holds transformers 4.28.1 beside the same CPU torch; the tiny model is built there too, since a tokenizer saved by transformers 5
-names a class 4.28 does not have. Resuming is not run here: under torch >= 2.6 (all this machine has)
-4.28's Trainer cannot read its own RNG state file; the containers' PyTorch 2.0 can.
+conftest.py) holds transformers 4.28.1 and the SageMaker container toolkits beside the same CPU torch; the
+tiny model is built there too, since a tokenizer saved by transformers 5 names a class 4.28 does not have.
+Under torch >= 2.6 (all this machine has) 4.28's Trainer cannot read its own RNG state file (the
+containers' PyTorch 2.0 can): the resume test restores torch's old load default.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from jobs.backends import local_container
+from jobs.backends.local_environment import base_environment
+from jobs.backends.local_state import JobFolder
+from jobs.planning.cadence import cadence_for_steps
+from jobs.planning.plan import METRIC_DEFINITIONS
 from tests.training.conftest import TRAINING_DIR, script_env
 
 ROOT = TRAINING_DIR.parent
@@ -88,3 +96,143 @@ def test_sigterm_saves_and_exits_143_on_transformers_4(python4: Path, assets4: P
     saved = sorted(int(p.parent.name.split("-")[1]) for p in (tmp_path / "ckpt").glob("checkpoint-*/trainer_state.json"))
     assert saved and saved[-1] > 20  # a save at the stop, past the periodic one
     assert not (tmp_path / "model" / "model.safetensors").exists()  # interrupted: no final model
+
+
+# ------------------------------------------------------------------ through the images' toolkits
+
+
+def toolkit_job(root: Path, name: str, assets: Path, checkpoints: Path, **hps: object) -> JobFolder:
+    """An /opt/ml tree as the local backend lays it out: config, channels, the sourcedir archive."""
+    folder = JobFolder(root, name)
+    for path in (folder.model_dir, folder.output_dir, folder.log_path.parent):
+        path.mkdir(parents=True, exist_ok=True)
+    local_container.write_sourcedir(TRAINING_DIR, folder.sourcedir_path)
+    # Small batches and few eval rows: these runs are about the toolkit's plumbing, not accuracy.
+    base = {"model_name_or_path": str(assets / "tiny-bert"), "max_seq_length": 48, "per_device_train_batch_size": 8,
+            "learning_rate": 2e-3, "use_cpu": True, "checkpoint_dir": str(checkpoints), "save_total_limit": 2,
+            "max_train_samples": 400, "max_eval_samples": 50}
+    local_container.write_container_config(
+        folder, hyperparameters={**base, **hps}, channels={"train": assets / "imdb/train", "test": assets / "imdb/test"},
+        entry_point="train_classification.py", instance_type="ml.p3.2xlarge", processes=1)
+    return folder
+
+
+def start_train(python: Path, folder: JobFolder, **extra: str) -> subprocess.Popen[bytes]:
+    env = local_container.toolkit_environment(base_environment(str(python)), folder, processes=1)
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", **extra)
+    with folder.log_path.open("ab") as log:
+        return subprocess.Popen([str(python.parent / "train")], env=env, cwd=folder.path, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def caught(log: str) -> dict[str, int]:
+    """How many values each of the plan's MetricDefinitions regexes finds in a log, as CloudWatch would."""
+    import re
+
+    return {d["Name"]: len(re.findall(d["Regex"], log)) for d in METRIC_DEFINITIONS}
+
+
+@pytest.mark.timeout(900)
+def test_the_toolkit_trains_and_the_plans_metric_definitions_catch_the_curve(
+    python4: Path, assets4: Path, tmp_path: Path
+) -> None:
+    steps = 60
+    folder = toolkit_job(tmp_path, "tk-1", assets4, tmp_path / "ckpt", max_steps=steps, save_steps=1000,
+                         **cadence_for_steps(steps, evaluates=True))
+    process = start_train(python4, folder)
+    assert process.wait(timeout=800) == 0, folder.log_path.read_text()[-3000:]
+    log = folder.log_path.read_text()
+    found = caught(log)
+    assert found["loss"] >= 20, found
+    assert found["eval_loss"] >= 4 and found["eval_accuracy"] >= 4 and found["train_loss"] == 1, found
+    assert (folder.path / "output" / "success").is_file()
+
+    # Served as the inference image serves model.tar.gz: unpacked, HuggingFaceHandlerService, the bot's payload.
+    import tarfile
+
+    archive = tmp_path / "model.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        for item in folder.model_dir.iterdir():
+            tar.add(str(item), arcname=item.name)
+    serving = tmp_path / "serving"
+    with tarfile.open(archive) as tar:
+        tar.extractall(serving, filter="data")
+    from jobs.endpoints.options import prediction_payload
+
+    body = json.dumps(prediction_payload("text-classification", {"text": "a great wonderful brilliant film"}))
+    env = {**base_environment(str(python4)), "HF_TASK": "text-classification", "HF_HUB_OFFLINE": "1"}
+    served = subprocess.run([str(python4), str(Path(__file__).with_name("toolkit_serve.py")), str(serving), body],
+                            env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert served.returncode == 0, served.stderr[-3000:]
+    (answer,) = json.loads(served.stdout.strip().splitlines()[-1])
+    assert answer["label"] in ("neg", "pos")  # the data's label names, not LABEL_0 / LABEL_1
+
+
+@pytest.mark.timeout(900)
+def test_a_kill_without_sigterm_resumes_from_the_last_checkpoint_on_disk(
+    python4: Path, assets4: Path, tmp_path: Path
+) -> None:
+    checkpoints = tmp_path / "ckpt"  # shared by the two attempts, as checkpoint_s3_uri is
+    hps = {"max_steps": 40, "save_steps": 1000, "checkpoint_minutes": 0.05, "logging_steps": 2}
+    first = toolkit_job(tmp_path, "kill-1", assets4, checkpoints, **hps)
+    process = start_train(python4, first)
+    furthest = checkpoints / "trainbot-furthest-step.json"
+
+    def past_a_checkpoint() -> bool:
+        saved = [int(p.parent.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*/trainer_state.json")]
+        return bool(saved) and furthest.is_file() and json.loads(furthest.read_text())["step"] > max(saved)
+
+    deadline = time.monotonic() + 240
+    while not past_a_checkpoint() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # what a reclaim does: nothing the script can act on
+    assert process.wait(timeout=30) == -signal.SIGKILL
+    saved = max(int(p.parent.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*/trainer_state.json"))
+    reached = json.loads(furthest.read_text())["step"]
+    assert 0 < saved < 40 and saved % 1000 != 0  # a save from the clock: save_steps alone never fires
+
+    second = toolkit_job(tmp_path, "kill-2", assets4, checkpoints, **hps)
+    # The images' PyTorch 2.0 reads 4.28's rng_state.pth; this machine's torch >= 2.6 refuses its numpy
+    # arrays under the new weights_only default: restore the old default for the checkpoint we wrote.
+    resumed = start_train(python4, second, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    assert resumed.wait(timeout=600) == 0, second.log_path.read_text()[-3000:]
+    log = second.log_path.read_text()
+    assert f"checkpoint-{saved}" in log and f"{reached - saved} step" in log
+    final = json.loads((checkpoints / "checkpoint-40" / "trainer_state.json").read_text())
+    losses = [(e["step"], e["loss"]) for e in final["log_history"] if "loss" in e]
+    steps = [s for s, _ in losses]
+    assert steps == sorted(set(steps)) and steps[-1] == 40
+    whole = sum(loss * (step - prev) for (step, loss), prev in zip(losses, [0, *steps[:-1]], strict=True)) / 40
+    metrics = json.loads((second.output_dir / "metrics.json").read_text())
+    assert metrics["train_loss"] == pytest.approx(whole)  # the lineage's mean, not this process's
+    # (4.28's own figure divides this process's losses by all 40 steps: about (40 - saved) / 40 of it.)
+
+
+def test_roberta_mnli_arguments_as_sent_to_sagemaker_parse_on_transformers_4(
+    python4: Path, moto_aws_module: Any, tmp_path: Path
+) -> None:
+    from tests.support.moto_server import CallRecorder, plan_for, sagemaker_backend
+
+    recorder = CallRecorder()
+    backend = sagemaker_backend(moto_aws_module, moto_aws_module.boto_session(recorders=[recorder]))
+    backend.launch("mp-args-1", plan_for("roberta-mnli", "mp-args"))
+    sent = recorder.by_name("mp-args-1")["HyperParameters"]
+    assert "mp_parameters" in sent
+    folder = JobFolder(tmp_path, "mp-args-1")
+    local_container.write_container_config(folder, hyperparameters={}, channels={}, entry_point="x.py",
+                                           instance_type="ml.p3.16xlarge", processes=1)
+    (folder.config_dir / "hyperparameters.json").write_text(json.dumps(sent))  # exactly what SageMaker got
+    probe = ("import json, sys; from sagemaker_training import environment; import script_arguments; "
+             "argv = environment.Environment().to_cmd_args(); "
+             "s, t = script_arguments.parse_args(argv, prog='train_classification.py'); "
+             "print(json.dumps({'argv': argv, 'mp': t.mp_parameters, 'model': s.model_name_or_path}))")
+    env = {**base_environment(str(python4)), "SAGEMAKER_BASE_DIR": str(folder.path), "PYTHONPATH": str(TRAINING_DIR)}
+    done = subprocess.run([str(python4), "-c", probe], cwd=TRAINING_DIR, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    parsed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "--mp_parameters" in parsed["argv"] and parsed["model"] == "roberta-large"
+    mp = parsed["argv"][parsed["argv"].index("--mp_parameters") + 1]
+    assert parsed["mp"] == mp  # TrainingArguments.mp_parameters holds what the toolkit passed, as text
+    for key in ("microbatches", "placement_strategy", "pipeline", "optimize", "partitions", "ddp"):
+        assert key in mp

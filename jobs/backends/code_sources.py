@@ -1,0 +1,301 @@
+"""A team's own training code on this machine: git REFs resolved to commits, trees checked out at a pinned
+commit, S3 tarballs fetched, and the plan's own-code arguments turned into a folder a backend can run or upload.
+
+The only place the bot runs git. Every tree is cached under ``TRAINBOT_HOME/code`` by what pins it (a
+commit, or a tarball's ETag), so a relaunch of a lineage never fetches again and always runs the same files,
+whatever the branch does meanwhile. git runs without a terminal (no password prompt can hang the bot), with
+a timeout, and without the ``ext::`` transport.
+
+Layout: ``code/git/<url hash>/repo.git`` (a bare fetch cache) and ``code/git/<url hash>/<commit>/`` (the tree
+at that commit, without ``.git``); ``code/s3/<uri hash>-<etag>/`` (an extracted tarball);
+``code/staged/<hash>/`` (a source folder plus the bot's spot entry, when a spot job needs it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import logging
+import os
+import posixpath
+import shutil
+import subprocess
+import tarfile
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jobs.backends.file_lock import exclusive_lock
+from jobs.errors import BackendError, SpecError
+from jobs.planning.own_code import USER_ENTRY_ENV, display, is_full_commit
+
+logger = logging.getLogger(__name__)
+
+GIT_TIMEOUT_S = 300  # a first fetch of a large repository (transformers) takes a while
+RESOLVE_TIMEOUT_S = 20  # ls-remote runs while a plan card is drawn: a slow host must not hold it for minutes
+_HEX = frozenset("0123456789abcdef")
+_GIT_ENV = {
+    "GIT_TERMINAL_PROMPT": "0",  # never wait for a password
+    "GIT_ASKPASS": "true",
+    "SSH_ASKPASS": "true",
+    "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _complete(tree: Path) -> Path:
+    """The marker beside a finished tree (beside, not inside: the tree is uploaded as it is)."""
+    return tree.with_name(tree.name + ".complete")
+
+
+class GitCodeSources:
+    """`jobs.planning.own_code.CommitResolver` with git, and the cached trees of pinned commits."""
+
+    def __init__(self, home: Path, *, git: str = "git", timeout: float = GIT_TIMEOUT_S) -> None:
+        self._root = Path(home).resolve() / "code" / "git"
+        self._git = git
+        self._timeout = timeout
+
+    # -- resolving ---------------------------------------------------------------------------------
+
+    def resolve_commit(self, url: str, ref: str | None) -> str:
+        """The commit ``ref`` names now (the default branch's head when None); a full sha is taken as is
+        and checked when it is fetched."""
+        if ref is not None and is_full_commit(ref):
+            return ref
+        wanted = ["HEAD"] if ref is None else [ref, f"refs/heads/{ref}", f"refs/tags/{ref}"]
+        listed = self._ls_remote(url)
+        for name in (f"refs/tags/{ref}^{{}}", *wanted) if ref is not None else wanted:
+            if name in listed:
+                return listed[name]
+        if ref is not None and len(ref) >= 7 and set(ref) <= _HEX:
+            return self._resolve_short_sha(url, ref)
+        raise SpecError(
+            f"{display(url, None)} has no branch or tag {ref!r}: check the name after @ "
+            "(git ls-remote lists them), or give a commit."
+        )
+
+    def _ls_remote(self, url: str) -> dict[str, str]:
+        out = self._run(["ls-remote", "--", url], what=f"list the branches and tags of {display(url, None)}",
+                        timeout=min(self._timeout, RESOLVE_TIMEOUT_S))
+        listed: dict[str, str] = {}
+        for line in out.splitlines():
+            sha, _, name = line.partition("\t")
+            if name and is_full_commit(sha):
+                listed[name] = sha
+        return listed
+
+    def _resolve_short_sha(self, url: str, short: str) -> str:
+        repo = self._fetch_cache(url)
+        with exclusive_lock(repo.with_suffix(".lock")):
+            self._run(["--git-dir", str(repo), "fetch", "--quiet", "--tags", "--", url,
+                       "+refs/heads/*:refs/heads/*"], what=f"fetch {display(url, None)}")
+        try:
+            return self._run(["--git-dir", str(repo), "rev-parse", "--verify", "--quiet", f"{short}^{{commit}}"],
+                             what="").strip()
+        except BackendError:
+            raise SpecError(f"{display(url, None)} has no branch, tag or commit {short!r}.") from None
+
+    # -- checking out ------------------------------------------------------------------------------
+
+    def checkout(self, url: str, commit: str) -> Path:
+        """The repository's files at ``commit`` (cached; never a moving branch)."""
+        tree = self._root / _hash(url) / commit
+        if _complete(tree).is_file():
+            return tree
+        repo = self._fetch_cache(url)
+        with exclusive_lock(repo.with_suffix(".lock")):
+            if _complete(tree).is_file():
+                return tree
+            self._fetch_commit(repo, url, commit)
+            archive = self._run_bytes(["--git-dir", str(repo), "archive", "--format=tar", commit],
+                                      what=f"read {display(url, commit)}")
+            _extract_tar(archive, tree)
+        logger.info("checked out %s into %s", display(url, commit), tree)
+        return tree
+
+    def _fetch_cache(self, url: str) -> Path:
+        repo = self._root / _hash(url) / "repo.git"
+        if not (repo / "HEAD").is_file():
+            repo.mkdir(parents=True, exist_ok=True)
+            self._run(["init", "--quiet", "--bare", str(repo)], what="prepare the code cache")
+        return repo
+
+    def _fetch_commit(self, repo: Path, url: str, commit: str) -> None:
+        if self._has_commit(repo, commit):
+            return
+        what = f"fetch {display(url, commit)}"
+        try:  # one commit, shallow: what GitHub and git's own protocol v2 serve for any reachable sha
+            self._run(["--git-dir", str(repo), "fetch", "--quiet", "--depth", "1", "--", url, commit], what=what)
+        except BackendError:
+            logger.info("shallow fetch of %s failed; fetching the branches and tags", commit)
+            self._run(["--git-dir", str(repo), "fetch", "--quiet", "--tags", "--", url,
+                       "+refs/heads/*:refs/heads/*"], what=what)
+        if not self._has_commit(repo, commit):
+            raise SpecError(f"{display(url, None)} has no commit {commit}: it may have been force-pushed away.")
+
+    def _has_commit(self, repo: Path, commit: str) -> bool:
+        try:
+            self._run(["--git-dir", str(repo), "cat-file", "-e", f"{commit}^{{commit}}"], what="")
+        except BackendError:
+            return False
+        return True
+
+    # -- running git -------------------------------------------------------------------------------
+
+    def _run(self, args: Sequence[str], *, what: str, timeout: float | None = None) -> str:
+        return self._run_bytes(args, what=what, timeout=timeout).decode(errors="replace")
+
+    def _run_bytes(self, args: Sequence[str], *, what: str, timeout: float | None = None) -> bytes:
+        argv = [self._git, "-c", "protocol.ext.allow=never", *args]
+        env = {**os.environ, **_GIT_ENV}
+        limit = timeout or self._timeout
+        try:
+            done = subprocess.run(argv, capture_output=True, timeout=limit, env=env, check=False)
+        except FileNotFoundError:
+            raise BackendError("git is not installed on the bot's machine: install git to run code=git+... jobs.") from None
+        except subprocess.TimeoutExpired:
+            raise BackendError(f"Could not {what}: git took longer than {limit:.0f} s.") from None
+        if done.returncode != 0:
+            reason = _last_line(done.stderr.decode(errors="replace"))
+            raise BackendError(f"Could not {what}: {reason}" if what else reason)
+        return done.stdout
+
+
+def _last_line(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    text = lines[-1] if lines else "git failed"
+    return text.removeprefix("fatal: ").removeprefix("error: ")
+
+
+def _extract_tar(data: bytes, dest: Path) -> None:
+    """Unpack a tar (git archive, or a team's .tar.gz) into ``dest`` atomically, refusing paths that leave it."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".tmp-"))
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+            archive.extractall(tmp, filter="data")  # no absolute paths, no .., no devices or links out
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(tmp, dest)
+        _complete(dest).write_text("")
+    except (tarfile.TarError, OSError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise BackendError(f"Could not unpack the code into {dest}: {exc}.") from exc
+
+
+# ---------------------------------------------------------------- S3 tarballs
+
+
+class S3Tarballs:
+    """Fetches ``s3://BUCKET/KEY.tar.gz`` with a boto3 S3 client and unpacks it (cached by its ETag)."""
+
+    def __init__(self, home: Path, s3_client: Callable[[], Any]) -> None:
+        self._root = Path(home).resolve() / "code" / "s3"
+        self._client = s3_client  # called on first use: a local run of git code needs no AWS at all
+
+    def fetch(self, uri: str) -> Path:
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        client = self._client()
+        try:
+            head = client.head_object(Bucket=bucket, Key=key)
+            etag = str(head.get("ETag", "")).strip('"')
+            tree = self._root / f"{_hash(uri)}-{etag[:16]}"
+            if _complete(tree).is_file():
+                return tree
+            with exclusive_lock(tree.with_suffix(".lock")):
+                if not _complete(tree).is_file():
+                    body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+                    _extract_tar(body, tree)
+        except BackendError:
+            raise
+        except Exception as exc:  # botocore's errors: the backend layer names the object and the cause
+            raise BackendError(f"Could not fetch the code tarball {uri}: {exc}.") from exc
+        return tree
+
+
+# ---------------------------------------------------------------- plan -> runnable folder
+
+
+@dataclass(frozen=True)
+class RunnableSource:
+    """A folder a backend can upload or run: ``entry_point`` is a path inside ``source_dir``."""
+
+    source_dir: str  # a local folder, or an s3:// tarball the SDK takes as it is
+    entry_point: str
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class CodeMaterializer:
+    """Turns a plan's code arguments (the article's ``git_config``/``source_dir``/``entry_point``, or an
+    ``s3://`` tarball, plus ``dependencies``) into a :class:`RunnableSource`."""
+
+    home: Path
+    git: GitCodeSources
+    tarballs: S3Tarballs | None = None
+
+    def runnable(self, estimator: dict[str, Any], *, keep_s3: bool = False) -> RunnableSource:
+        """``keep_s3``: an s3:// tarball without extra files is passed on as it is (SageMaker fetches it)."""
+        source_dir = str(estimator.get("source_dir", ""))
+        entry = str(estimator.get("entry_point", ""))
+        env = {str(k): str(v) for k, v in (estimator.get("environment") or {}).items()}
+        extras = [Path(p) for p in estimator.get("dependencies") or []]
+        git_config = estimator.get("git_config")
+        if isinstance(git_config, dict):
+            commit = git_config.get("commit")
+            if not commit:
+                raise BackendError("The plan's git code has no pinned commit; plan it again to resolve its REF.")
+            tree = self.git.checkout(str(git_config["repo"]), str(commit))
+            folder = _inside(tree, source_dir)
+        elif source_dir.startswith("s3://"):
+            if keep_s3 and not extras:
+                return RunnableSource(source_dir, entry, env)
+            if self.tarballs is None:
+                raise BackendError("This backend cannot fetch code from S3: it has no AWS client.")
+            folder = self.tarballs.fetch(source_dir)
+        else:
+            return RunnableSource(source_dir, entry, env)  # the bot's own training/ folder
+        if extras:
+            folder = self._staged(folder, extras)
+        if not (folder / entry).is_file():
+            shown = env.get(USER_ENTRY_ENV, entry)
+            raise SpecError(f"The code has no {posixpath.join(source_dir, shown)}: check entry= against the repository.")
+        for variable, user_entry in env.items():
+            if variable == USER_ENTRY_ENV and not (folder / user_entry).is_file():
+                raise SpecError(f"The code has no {user_entry} under {source_dir}: check entry= against the repository.")
+        return RunnableSource(str(folder), entry, env)
+
+    def _staged(self, folder: Path, extras: list[Path]) -> Path:
+        """A copy of ``folder`` with the extra files beside its contents (the SDK's ``dependencies``)."""
+        key = _hash("|".join([str(folder), *(f"{p}:{p.stat().st_mtime_ns}" for p in extras)]))
+        staged = Path(self.home).resolve() / "code" / "staged" / key
+        with exclusive_lock(staged.with_suffix(".lock")):
+            if not _complete(staged).is_file():
+                tmp = Path(tempfile.mkdtemp(dir=_made(staged.parent), prefix=".tmp-"))
+                shutil.copytree(folder, tmp, dirs_exist_ok=True)
+                for extra in extras:
+                    shutil.copy2(extra, tmp / extra.name)
+                shutil.rmtree(staged, ignore_errors=True)
+                os.replace(tmp, staged)
+                _complete(staged).write_text("")
+        return staged
+
+
+def _inside(tree: Path, source_dir: str) -> Path:
+    folder = (tree / source_dir).resolve()
+    if folder != tree.resolve() and tree.resolve() not in folder.parents:
+        raise SpecError(f"source_dir {source_dir!r} leaves the repository.")
+    if not folder.is_dir():
+        raise SpecError(f"The code has no folder {source_dir!r} at this commit: check entry= against the repository.")
+    return folder
+
+
+def _made(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,146 @@
+"""The notification tables (created by revision 0005): channel subscriptions and per-user DM defaults.
+
+A subscription is unique per (channel, filter): subscribing again with the same filter replaces its events.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Connection,
+    Index,
+    Integer,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    delete,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.engine import Row
+
+from jobs.clock import Clock
+from jobs.notifications.rules import Filter
+from jobs.store.schema import UTCDateTime, metadata, read_transaction, write_transaction
+from jobs.store.store import Store
+
+subscriptions_table = Table(
+    "notify_subscriptions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("channel", String(64), nullable=False),
+    Column("events", Text, nullable=False),  # comma-separated rules.EVENTS names
+    Column("filter_kind", String(16), nullable=False, default=""),  # "", user, schedule, preset
+    Column("filter_value", String(128), nullable=False, default=""),
+    Column("created_by", String(64), nullable=False),
+    Column("via", String(32), nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    UniqueConstraint("channel", "filter_kind", "filter_value", name="uq_notify_subscriptions_filter"),
+    Index("ix_notify_subscriptions_channel", "channel"),
+)
+
+preferences_table = Table(
+    "notify_preferences",
+    metadata,
+    Column("user_id", String(64), primary_key=True),
+    Column("dm", Boolean, nullable=False),  # a DM when each of the user's jobs ends
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    id: int
+    channel: str
+    events: tuple[str, ...]
+    filter: Filter
+    created_by: str
+    via: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class SubscriptionStore:
+    """Rows of the notification tables, on the store's engine."""
+
+    def __init__(self, store: Store, *, clock: Clock) -> None:
+        self._engine = store.engine
+        self._clock = clock
+
+    # -- subscriptions ----------------------------------------------------------------------------
+
+    def upsert(self, *, channel: str, events: tuple[str, ...], flt: Filter, created_by: str,
+               via: str) -> tuple[Subscription, tuple[str, ...] | None]:
+        """Subscribe ``channel``; (the row, the events it had when this replaced them, else None)."""
+        now = self._clock.now()
+        table = subscriptions_table
+        where = (table.c.channel == channel, table.c.filter_kind == flt.kind, table.c.filter_value == flt.value)
+        with self._write() as conn:
+            found = conn.execute(select(table.c.id, table.c.events).where(*where)).first()
+            if found is None:
+                conn.execute(insert(table).values(
+                    channel=channel, events=",".join(events), filter_kind=flt.kind, filter_value=flt.value,
+                    created_by=created_by, via=via, created_at=now, updated_at=now))
+            else:
+                conn.execute(update(table).where(table.c.id == found.id).values(
+                    events=",".join(events), updated_at=now))
+            row = conn.execute(select(table).where(*where)).one()
+        return _subscription(row), None if found is None else _events(found.events)
+
+    def for_channel(self, channel: str) -> list[Subscription]:
+        query = select(subscriptions_table).where(subscriptions_table.c.channel == channel)
+        with self._read() as conn:
+            return [_subscription(row) for row in conn.execute(query.order_by(subscriptions_table.c.id))]
+
+    def all(self) -> list[Subscription]:
+        with self._read() as conn:
+            return [_subscription(r) for r in conn.execute(select(subscriptions_table).order_by(subscriptions_table.c.id))]
+
+    def remove(self, ids: list[int]) -> None:
+        if ids:
+            with self._write() as conn:
+                conn.execute(delete(subscriptions_table).where(subscriptions_table.c.id.in_(ids)))
+
+    # -- DM defaults ------------------------------------------------------------------------------
+
+    def dm_default(self, user_id: str) -> bool | None:
+        """The user's `/notify dm` setting; None when they never set one."""
+        query = select(preferences_table.c.dm).where(preferences_table.c.user_id == user_id)
+        with self._read() as conn:
+            value = conn.execute(query).scalar_one_or_none()
+        return None if value is None else bool(value)
+
+    def set_dm_default(self, user_id: str, dm: bool) -> None:
+        now = self._clock.now()
+        table = preferences_table
+        with self._write() as conn:
+            changed = conn.execute(update(table).where(table.c.user_id == user_id).values(dm=dm, updated_at=now))
+            if changed.rowcount == 0:
+                conn.execute(insert(table).values(user_id=user_id, dm=dm, updated_at=now))
+
+    def _write(self) -> AbstractContextManager[Connection]:
+        return write_transaction(self._engine)
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        return read_transaction(self._engine)
+
+
+def _subscription(row: Row[Any]) -> Subscription:
+    return Subscription(
+        id=row.id, channel=row.channel, events=_events(row.events),
+        filter=Filter(row.filter_kind or "", row.filter_value or ""), created_by=row.created_by, via=row.via,
+        created_at=row.created_at, updated_at=row.updated_at,
+    )
+
+
+def _events(text: str) -> tuple[str, ...]:
+    return tuple(event for event in text.split(",") if event)

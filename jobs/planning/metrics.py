@@ -1,0 +1,149 @@
+"""The metric definitions a plan sends to SageMaker, and the same definitions read back from a log.
+
+Each default definition catches three spellings of one metric: the ``[metric] NAME=VALUE step=S`` lines the
+bot's own scripts print; the dict a Trainer-based script prints while it trains
+(``{'loss': 0.69, 'learning_rate': 5e-05, 'epoch': 0.5}``; transformers 5 quotes the numbers:
+``{'loss': '0.6931', ...}``); and the ``***** eval metrics *****`` table that ``Trainer.log_metrics`` prints
+at the end (``  eval_f1 = 88.1``), which is where the article's run_qa.py reports its evaluation. ``metrics=NAME:REGEX,...`` adds a team's own (or replaces a default of the same
+name). SageMaker scrapes the job's log with them; the local backend scrapes its log file with
+:class:`MetricScanner`, so the report and loss curve read the same numbers on both.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from jobs.errors import SpecError
+from jobs.planning.hyperparameters import show
+
+#: What the bot's training scripts print as ``[metric]`` lines, and what a Trainer logs by default.
+METRIC_NAMES = (
+    "loss",
+    "learning_rate",
+    "epoch",
+    "grad_norm",
+    "eval_loss",
+    "eval_exact_match",
+    "eval_f1",
+    "eval_accuracy",
+    "train_loss",
+    "train_runtime",
+    "train_samples_per_second",
+)
+MAX_DEFINITIONS = 40  # SageMaker's limit on MetricDefinitions
+MAX_REGEX_CHARS = 500  # SageMaker's limit on one definition's Regex
+METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-/]{0,63}", re.ASCII)
+NUMBER = r"([-+]?[0-9.]+(?:[eE][-+]?[0-9]+)?)"
+_NUMPY_SCALAR = r"(?:np\.float(?:16|32|64)\()?"
+
+
+def default_regex(name: str) -> str:
+    """``[metric] NAME=V``, a printed dict's ``'NAME': V`` (quoted or not, or a numpy scalar), or a
+    ``Trainer.log_metrics`` table row ``  NAME   =   V`` (not for ``*_runtime``, printed there as h:mm:ss)."""
+    escaped = re.escape(name)
+    table_row = "" if name.endswith("_runtime") else rf"|\s{escaped}\s+=\s+"
+    return rf"(?:\[metric\] {escaped}=|[\"']{escaped}[\"']: ?[\"']?{_NUMPY_SCALAR}{table_row}){NUMBER}"
+
+
+METRIC_DEFINITIONS: list[dict[str, str]] = [{"Name": name, "Regex": default_regex(name)} for name in METRIC_NAMES]
+
+_STEP = re.compile(r"\[metric\] \S+=\S+ step=([0-9]+)(?!\S)")
+#: Splits ``a:RE1,b:RE2`` at the commas that start a new ``NAME:`` (a regex may hold commas itself).
+_NEXT_DEFINITION = re.compile(r",(?=\s*[A-Za-z_][A-Za-z0-9_.\-/]{0,63}:)")
+
+
+def parse_metrics_value(raw: str, key: str = "metrics") -> dict[str, str]:
+    """``NAME:REGEX,NAME:REGEX`` -> {name: regex}, each checked: a sane name, one capturing group."""
+    found: dict[str, str] = {}
+    for part in _NEXT_DEFINITION.split(raw.strip()):
+        name, colon, regex = part.strip().partition(":")
+        if not colon or not regex:
+            raise SpecError(
+                f"{key} takes NAME:REGEX pairs separated by commas, e.g. {key}='f1:eval_f1=([0-9.]+)', "
+                f"not {show(part)}."
+            )
+        if name in found:
+            raise SpecError(f"{key}: {name} is defined twice: keep one regex for it.")
+        found[name] = regex
+    return check_user_metrics(found)
+
+
+def check_user_metrics(metrics: Mapping[str, object]) -> dict[str, str]:
+    """Names and regexes of a spec's own metrics; the total stays within SageMaker's 40 definitions."""
+    checked: dict[str, str] = {}
+    for name, regex in metrics.items():
+        if not isinstance(name, str) or not METRIC_NAME.fullmatch(name):
+            raise SpecError(
+                f"Metric name {show(name)} is not valid: start with a letter or _, then letters, digits, _ . - /"
+                " (at most 64)."
+            )
+        checked[name] = _check_regex(name, regex)
+    total = len(definitions_for(checked))
+    if total > MAX_DEFINITIONS:
+        raise SpecError(
+            f"A job has at most {MAX_DEFINITIONS} metric definitions (SageMaker's limit); these metrics make "
+            f"{total} with the {len(METRIC_NAMES)} built in: drop {total - MAX_DEFINITIONS}."
+        )
+    return checked
+
+
+def _check_regex(name: str, regex: object) -> str:
+    if not isinstance(regex, str) or not regex or len(regex) > MAX_REGEX_CHARS:
+        raise SpecError(f"Metric {name} needs a regex of 1 to {MAX_REGEX_CHARS} characters.")
+    try:
+        groups = re.compile(regex).groups
+    except re.error as exc:
+        raise SpecError(f"Metric {name}: {show(regex)} is not a valid regex ({exc.msg}).") from None
+    if groups != 1:
+        raise SpecError(
+            f"Metric {name}: the regex needs exactly one (capturing group) around the number, not {groups}; "
+            "use (?:...) for other groups, e.g. f1:eval_f1=([0-9.]+)."
+        )
+    return regex
+
+
+def definitions_for(user: Mapping[str, str] | None) -> list[dict[str, str]]:
+    """The defaults, with a user's regex in place of a default of the same name, then the user's own."""
+    user = dict(user or {})
+    merged = [{"Name": d["Name"], "Regex": user.pop(d["Name"], d["Regex"])} for d in METRIC_DEFINITIONS]
+    return merged + [{"Name": name, "Regex": regex} for name, regex in user.items()]
+
+
+# ---------------------------------------------------------------- reading a log
+
+
+@dataclass(frozen=True)
+class MetricScanner:
+    """Finds every defined metric in a log line: ``(name, value, step or None)`` for each match."""
+
+    patterns: tuple[tuple[str, re.Pattern[str]], ...]
+
+    @classmethod
+    def of(cls, definitions: Iterable[Mapping[str, str]] | None = None) -> MetricScanner:
+        chosen = METRIC_DEFINITIONS if definitions is None else definitions
+        return cls(tuple((d["Name"], re.compile(d["Regex"])) for d in chosen))
+
+    def scan(self, line: str) -> list[tuple[str, float, int | None]]:
+        found: list[tuple[str, float, int | None]] = []
+        step_match = _STEP.search(line)
+        step = int(step_match.group(1)) if step_match else None
+        for name, pattern in self.patterns:
+            match = pattern.search(line)
+            if match is None:
+                continue
+            try:
+                found.append((name, float(match.group(1)), step))
+            except (TypeError, ValueError):
+                continue
+        return found
+
+
+_DEFAULT_SCANNER = MetricScanner.of()
+
+
+def parse_metric_line(line: str) -> tuple[str, float, int | None] | None:
+    """The first default metric on ``line``: ``[metric] loss=0.69 step=10`` -> ``("loss", 0.69, 10)``."""
+    found = _DEFAULT_SCANNER.scan(line)
+    return found[0] if found else None

@@ -1,0 +1,206 @@
+"""A team's own training code: ``code=git+URL[@REF]`` or ``code=s3://BUCKET/KEY.tar.gz`` with ``entry=PATH``.
+
+Pure rules only (no processes, no network): how a ``code=`` value reads, which entry paths are valid, the
+operator's allowlist (``TRAINBOT_CODE_SOURCES``), and the estimator arguments own code plans into. Resolving a
+git REF to its commit needs git, so it comes in through the ``CommitResolver`` port that the backend layer
+implements (``jobs.backends.code_sources``).
+
+The estimator arguments are the article's: ``git_config={'repo': URL, 'branch': REF, 'commit': SHA}``,
+``source_dir='./<the entry's folder>'``, ``entry_point='<the entry's name>'``. The commit pins the lineage:
+relaunches and reports use it even after the branch moves. An S3 tarball is the SDK's own form:
+``source_dir='s3://.../code.tar.gz'`` and ``entry_point`` the path inside it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from jobs.errors import SpecError
+from jobs.planning.hyperparameters import show
+
+GIT_PREFIX = "git+"
+#: Where SageMaker syncs checkpoints with ``checkpoint_s3_uri`` and where the model is uploaded from.
+CHECKPOINTS_DIR = "/opt/ml/checkpoints"
+MODEL_DIR = "/opt/ml/model"
+#: The bot's wrapper (in training/) that runs a spot job's own script, then copies the final model.
+SPOT_ENTRY = "trainbot_spot_entry.py"
+#: The environment variable that names the user's script for the wrapper.
+USER_ENTRY_ENV = "TRAINBOT_USER_ENTRY"
+#: The plan card's one line on resuming a spot job that runs a team's own script.
+SPOT_RESUME_NOTE = (
+    f"Spot resume: your script must save checkpoints under {CHECKPOINTS_DIR} and start from the newest one there; "
+    f"a Trainer script gets --output_dir {CHECKPOINTS_DIR} (it resumes from its last checkpoint-N by itself) "
+    f"and its final model is copied to {MODEL_DIR}."
+)
+
+_GIT_SCHEMES = ("https://", "ssh://", "file://")
+_SCP_LIKE = re.compile(r"[A-Za-z0-9_.-]+@[A-Za-z0-9.-]+:[^/].*")  # git@github.com:org/repo.git
+_URL_CHARS = re.compile(r"[A-Za-z0-9_.~:/@+%=-]+", re.ASCII)
+_REF = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./+-]{0,199}", re.ASCII)
+_SHA = re.compile(r"[0-9a-f]{40}")
+#: The toolkit's own rule for ``sagemaker_program`` (sagemaker-training's process.validate_entry_point).
+_ENTRY = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_.+/-]{0,254}", re.ASCII)
+_S3_TARBALL = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9_.~/+=@-]+\.tar\.gz", re.ASCII)
+
+
+@dataclass(frozen=True)
+class CodeSource:
+    """A parsed ``code=`` value: a git repository at a REF, or an S3 tarball."""
+
+    kind: str  # "git" or "s3"
+    url: str  # the repository URL without git+ and @REF, or the s3:// tarball
+    ref: str | None = None  # branch, tag or commit as typed; None: the repository's default branch
+
+    @property
+    def is_git(self) -> bool:
+        return self.kind == "git"
+
+
+class CommitResolver(Protocol):
+    """Resolves a git REF to the commit it names now (jobs.backends.code_sources implements it)."""
+
+    def resolve_commit(self, url: str, ref: str | None) -> str:
+        """The full 40-hex commit; SpecError (one sentence) when the repository or REF is not there."""
+        ...
+
+
+# ---------------------------------------------------------------- reading code= and entry=
+
+
+def parse_code(value: str) -> CodeSource:
+    """``git+URL[@REF]`` or ``s3://BUCKET/KEY.tar.gz``; SpecError naming what is valid otherwise."""
+    text = value.strip()
+    if text.startswith("s3://"):
+        if not _S3_TARBALL.fullmatch(text) or "/../" in text or "/./" in text:
+            raise SpecError(f"code={show(text)} is not an S3 tarball: use code=s3://BUCKET/KEY.tar.gz.")
+        return CodeSource("s3", text)
+    if not text.startswith(GIT_PREFIX):
+        raise SpecError(
+            f"code={show(text)} is not a code source: use code=git+https://HOST/REPO.git@REF "
+            "(or git+ssh://, git+file://) or code=s3://BUCKET/KEY.tar.gz."
+        )
+    url, ref = _split_ref(text.removeprefix(GIT_PREFIX))
+    _check_git_url(url, text)
+    if ref is not None and (not _REF.fullmatch(ref) or ".." in ref or ref.endswith((".", "/", ".lock"))):
+        raise SpecError(f"code={show(text)}: {show(ref)} is not a branch, tag or commit name.")
+    return CodeSource("git", url, ref)
+
+
+def _split_ref(rest: str) -> tuple[str, str | None]:
+    """The REF is what follows the last ``@`` of the path (``git@host:`` and ``user@host`` stay in the URL)."""
+    if "://" in rest:
+        scheme, _, after = rest.partition("://")
+        host, slash, path = after.partition("/")
+        if "@" in path:
+            path, _, ref = path.rpartition("@")
+            return f"{scheme}://{host}{slash}{path}", ref
+        return rest, None
+    host, colon, path = rest.partition(":")
+    if colon and "@" in path:
+        path, _, ref = path.rpartition("@")
+        return f"{host}:{path}", ref
+    return rest, None
+
+
+def _check_git_url(url: str, typed: str) -> None:
+    if not _URL_CHARS.fullmatch(url) or not (url.startswith(_GIT_SCHEMES) or _SCP_LIKE.fullmatch(url)):
+        raise SpecError(
+            f"code={show(typed)} is not a git URL git can fetch: use git+https://HOST/REPO.git, "
+            "git+ssh://git@HOST/REPO.git, git+git@HOST:ORG/REPO.git or git+file:///PATH/TO/REPO."
+        )
+    parts = urlsplit(url) if "://" in url else None
+    if parts is not None and parts.password:
+        raise SpecError(
+            "A code= URL must not carry a password or token: give the bot's git a credential helper or a "
+            "deploy key, and write the URL without it."
+        )
+    path = parts.path if parts is not None else url.partition(":")[2]
+    if any(segment in ("..", ".") for segment in path.split("/")):
+        raise SpecError(f"code={show(typed)}: a repository path may not contain . or .. segments.")
+
+
+def check_entry(entry: str) -> str:
+    """``PATH/IN/REPO/script.py``: relative, no ``.``/``..`` segments, the characters SageMaker's toolkit runs."""
+    segments = entry.split("/")
+    if not _ENTRY.fullmatch(entry) or any(s in ("", ".", "..") for s in segments) or not entry.endswith(".py"):
+        raise SpecError(
+            f"entry={show(entry)} is not a script path in the code: use a relative path to a .py file, "
+            "e.g. entry=examples/pytorch/question-answering/run_qa.py (letters, digits, . _ + - and /)."
+        )
+    return entry
+
+
+def check_allowed(code: str, allowed_prefixes: Iterable[str]) -> None:
+    """SpecError unless ``code`` starts with one of the operator's TRAINBOT_CODE_SOURCES prefixes."""
+    prefixes = [p.strip() for p in allowed_prefixes if p.strip()]
+    if not prefixes:
+        raise SpecError(
+            "Own code (code=) is not enabled on this bot: an operator allows it with TRAINBOT_CODE_SOURCES, "
+            "comma-separated URL prefixes such as https://github.com/your-org/,s3://your-bucket/code/."
+        )
+    source = parse_code(code)
+    url = source.url
+    if not any(_has_prefix(url, prefix.removeprefix(GIT_PREFIX)) for prefix in prefixes):
+        raise SpecError(
+            f"code={show(url, 80)} is not among the sources this bot may run (TRAINBOT_CODE_SOURCES: "
+            f"{', '.join(prefixes)}): use one of those, or ask an operator to add it."
+        )
+
+
+def _has_prefix(url: str, prefix: str) -> bool:
+    """A prefix ends at a path boundary: ``https://host/org`` allows ``https://host/org/x``, not ``org-evil``."""
+    if not url.startswith(prefix):
+        return False
+    rest = url[len(prefix):]
+    return not rest or prefix.endswith(("/", ":")) or rest.startswith("/") or rest == ".git"
+
+
+# ---------------------------------------------------------------- what it plans into
+
+
+def display(url: str, commit: str | None, ref: str | None = None) -> str:
+    """``repo@<short sha>`` as the card and reports show it (``repo@v1.2 (abc1234)`` with a named REF)."""
+    repo = url.removesuffix(".git").rstrip("/")
+    if commit is None:
+        return repo if ref is None else f"{repo}@{ref}"
+    short = commit[:7]
+    return f"{repo}@{short}" if ref is None or ref == commit else f"{repo}@{short} ({ref})"
+
+
+def source_arguments(code: str, entry: str, commit: str | None) -> dict[str, object]:
+    """The estimator's ``git_config``/``source_dir``/``entry_point`` for own code (the article's form)."""
+    source = parse_code(code)
+    if not source.is_git:
+        return {"source_dir": source.url, "entry_point": entry}
+    folder, name = posixpath.split(entry)
+    git_config: dict[str, str] = {"repo": source.url}
+    if source.ref is not None and not _SHA.fullmatch(source.ref):
+        git_config["branch"] = source.ref  # a branch or a tag, as the SDK names both
+    if commit is not None:
+        git_config["commit"] = commit
+    return {"git_config": git_config, "source_dir": f"./{folder}" if folder else ".", "entry_point": name}
+
+
+def bot_output_dir(*, spot: bool) -> str:
+    """The ``--output_dir`` the bot gives a team's script: the article's model folder, or for a spot job the
+    checkpoint folder SageMaker syncs (the spot entry copies the final model to the model folder)."""
+    return CHECKPOINTS_DIR if spot else MODEL_DIR
+
+
+def without_bot_arguments(hyperparameters: Mapping[str, object], *, own: bool) -> dict[str, object]:
+    """A plan's hyperparameters less the ``output_dir`` the bot itself set for own code: the rest must pass
+    the reserved-name rule (the folders are the bot's to set, never the user's)."""
+    return {
+        name: value
+        for name, value in hyperparameters.items()
+        if not (own and name == "output_dir" and value in (MODEL_DIR, CHECKPOINTS_DIR))
+    }
+
+
+def is_full_commit(value: str) -> bool:
+    return bool(_SHA.fullmatch(value))

@@ -1,0 +1,80 @@
+"""trainbot_spot_entry.py, run as SageMaker's toolkit runs an entry point (``python ENTRY --key value ...`` in
+the code folder): the team's script runs in the same process with the same arguments, and what it saved in
+its --output_dir (the checkpoint folder) is copied to SM_MODEL_DIR, checkpoint-N folders left behind."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ENTRY = Path(__file__).resolve().parents[2] / "training" / "trainbot_spot_entry.py"
+
+SCRIPT = '''\
+import argparse, os, sys
+from pathlib import Path
+import helper  # a sibling module of the script
+parser = argparse.ArgumentParser()
+parser.add_argument("--output_dir")
+parser.add_argument("--epochs", type=int)
+args = parser.parse_args()
+out = Path(args.output_dir)
+(out / "checkpoint-5").mkdir(parents=True, exist_ok=True)
+(out / "checkpoint-5" / "optimizer.pt").write_text("state")
+(out / "config.json").write_text(helper.CONFIG)
+(out / "tokenizer").mkdir(exist_ok=True)
+(out / "tokenizer" / "vocab.txt").write_text("[PAD]")
+print("argv0", Path(sys.argv[0]).name, "epochs", args.epochs, "name", __name__, flush=True)
+sys.exit(int(os.environ.get("EXIT_WITH", "0")))
+'''
+
+
+@pytest.fixture
+def code(tmp_path: Path) -> Path:
+    folder = tmp_path / "code"
+    (folder / "scripts").mkdir(parents=True)
+    (folder / "scripts" / "train.py").write_text(SCRIPT)
+    (folder / "scripts" / "helper.py").write_text("CONFIG = '{\"model_type\": \"bert\"}'\n")
+    shutil.copy(ENTRY, folder / ENTRY.name)
+    return folder
+
+
+def run(code: Path, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("SM_", "RANK"))}
+    environment.update({"SM_MODEL_DIR": str(tmp_path / "model"), "TRAINBOT_USER_ENTRY": "scripts/train.py", **env})
+    return subprocess.run(
+        [sys.executable, ENTRY.name, "--output_dir", str(tmp_path / "checkpoints"), "--epochs", "2"],
+        cwd=code, env=environment, capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def test_the_script_runs_as_the_entry_and_its_final_model_is_copied(code: Path, tmp_path: Path) -> None:
+    done = run(code, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "argv0 train.py epochs 2 name __main__" in done.stdout
+    model = tmp_path / "model"
+    assert (model / "config.json").read_text() == '{"model_type": "bert"}'
+    assert (model / "tokenizer" / "vocab.txt").is_file()
+    assert not (model / "checkpoint-5").exists()
+    assert (tmp_path / "checkpoints" / "checkpoint-5" / "optimizer.pt").is_file()  # left for a resume
+
+
+def test_a_failing_script_fails_the_job_and_copies_nothing(code: Path, tmp_path: Path) -> None:
+    done = run(code, tmp_path, EXIT_WITH="3")
+    assert done.returncode == 3
+    assert not (tmp_path / "model").exists()
+
+
+def test_only_rank_zero_copies(code: Path, tmp_path: Path) -> None:
+    done = run(code, tmp_path, RANK="1")
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "model").exists()
+
+
+def test_a_script_outside_the_code_folder_is_refused(code: Path, tmp_path: Path) -> None:
+    done = run(code, tmp_path, TRAINBOT_USER_ENTRY="../elsewhere.py")
+    assert done.returncode == 2 and "names no script" in done.stdout
