@@ -96,9 +96,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument("name")
     predict.add_argument("inputs", nargs="*", help="key=value")
     _add_schedule_commands(sub)
+    _add_recipe_commands(sub)
     _add_db_commands(sub)
     _add_events_commands(sub)
-    _add_recipe_commands(sub)
     serve = add("serve", _cmd_serve, "run the Slack bot with the watcher and scheduler")
     serve.add_argument("--http", action="store_true", help="HTTP at /slack/events instead of Socket Mode")
     serve.add_argument("--port", type=int, default=3000)
@@ -125,6 +125,23 @@ def _add_schedule_commands(sub: argparse._SubParsersAction) -> None:  # type: ig
         cmd.set_defaults(run=_cmd_schedule_verb, verb=verb)
 
 
+def _add_recipe_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    recipe = sub.add_parser("recipe", help="team recipes for /train NAME", description="Team recipes.")
+    recipe.set_defaults(run=lambda args, settings: _usage(recipe))
+    verbs = recipe.add_subparsers(title="recipe commands", metavar="VERB")
+    save = verbs.add_parser("save", help="save NAME TEXT...: name a validated /train command")
+    save.add_argument("name")
+    save.add_argument("text", nargs=argparse.REMAINDER, help="the /train arguments, e.g. bert-squad spot=yes")
+    save.set_defaults(run=_cmd_recipe, verb="save")
+    verbs.add_parser("list", help="every recipe (saved and from TRAINBOT_RECIPES_FILE)").set_defaults(
+        run=_cmd_recipe, verb="list", name=None
+    )
+    for verb in ("show", "remove"):
+        cmd = verbs.add_parser(verb, help=f"{verb} a recipe")
+        cmd.add_argument("name")
+        cmd.set_defaults(run=_cmd_recipe, verb=verb)
+
+
 def _add_db_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     db = sub.add_parser("db", help="the store's schema: upgrade, current",
                         description="The store's schema (Alembic revisions; every bot also upgrades at start).")
@@ -148,23 +165,6 @@ def _add_events_commands(sub: argparse._SubParsersAction) -> None:  # type: igno
     setup.add_argument("--queue", help="the queue's name (default: TRAINBOT_EVENTS_QUEUE, else "
                                        "trainbot-sagemaker-events)")
     setup.set_defaults(run=_cmd_events_setup)
-
-
-def _add_recipe_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    recipe = sub.add_parser("recipe", help="team recipes for /train NAME", description="Team recipes.")
-    recipe.set_defaults(run=lambda args, settings: _usage(recipe))
-    verbs = recipe.add_subparsers(title="recipe commands", metavar="VERB")
-    save = verbs.add_parser("save", help="save NAME TEXT...: name a validated /train command")
-    save.add_argument("name")
-    save.add_argument("text", nargs=argparse.REMAINDER, help="the /train arguments, e.g. bert-squad spot=yes")
-    save.set_defaults(run=_cmd_recipe, verb="save")
-    verbs.add_parser("list", help="every recipe (saved and from TRAINBOT_RECIPES_FILE)").set_defaults(
-        run=_cmd_recipe, verb="list", name=None
-    )
-    for verb in ("show", "remove"):
-        cmd = verbs.add_parser(verb, help=f"{verb} a recipe")
-        cmd.add_argument("name")
-        cmd.set_defaults(run=_cmd_recipe, verb=verb)
 
 
 # --- commands that need no backend -------------------------------------------------------

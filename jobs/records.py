@@ -68,7 +68,8 @@ class JobSummary:
 
 @dataclass(frozen=True)
 class Actor:
-    """Who asked, and from where. `via` is "slack", "console", "cli" or "schedule"."""
+    """Who asked, and from where. `via` is "slack", "console", "cli", "schedule" or "home" (a button
+    on the Slack App Home tab, which has no channel)."""
 
     user_id: str
     channel_id: str | None = None

@@ -298,6 +298,9 @@ class LocalBackend:
         return state
 
     def _observe(self, folder: JobFolder, state: JobState, now: datetime) -> tuple[str, str]:
+        if local_status.end_cause(state) == "capacity_taken_at" and state.secondary_status != "Interrupted":
+            # SageMaker reports the interruption before the job ends; the killed processes are gone at once.
+            return RemoteStatus.IN_PROGRESS.value, "Interrupted"
         ended = folder.read_exit()
         if ended is None and not (state.pid is not None and self._runner.is_alive(state.pid)):
             ended = folder.read_exit()  # it may have been written between the two looks

@@ -5,7 +5,7 @@ Status mapping (TrainingJobStatus / SecondaryStatus):
 - exit 0: Completed (even if a stop raced the end: the model is saved, as SageMaker would report);
 - stop(): Stopping, then Stopped / Stopped;
 - take_capacity() on a spot job: its processes are killed (no signal the script can act on); InProgress /
-  Interrupted until the look that finds them gone, then Stopped /
+  Interrupted on the first look after that (however fast they died), then Stopped /
   MaxWaitTimeExceeded, as SageMaker ends a spot job whose wait for capacity ran out;
 - running past max_run: Stopped / MaxRuntimeExceeded;
 - any other exit: Failed, "AlgorithmError: <the log's last error line>"; a process that vanished with

@@ -1,6 +1,6 @@
-"""The notification tables (created by revision 0005): channel subscriptions and per-user DM defaults.
-
-A subscription is unique per (channel, filter): subscribing again with the same filter replaces its events.
+"""The notification tables (created by Alembic revision 0004): channel subscriptions and per-user DM
+defaults. A subscription is unique per (channel, filter): subscribing again with the same filter replaces
+its events.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ preferences_table = Table(
     Column("dm", Boolean, nullable=False),  # a DM when each of the user's jobs ends
     Column("updated_at", UTCDateTime, nullable=False),
 )
+
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The recipes table (created by revision 0004) and the record read from it."""
+"""The recipes table (created by Alembic revision 0004) and the record read from it."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ recipes_table = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
 )
+
+
 
 
 @dataclass(frozen=True)
