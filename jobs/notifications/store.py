@@ -1,7 +1,6 @@
-"""The notification tables (schema version 18): channel subscriptions and per-user DM defaults.
-
-Kept in this one module so the move to Alembic finds the whole definition here (it needs a revision).
-A subscription is unique per (channel, filter): subscribing again with the same filter replaces its events.
+"""The notification tables (created by Alembic revision 0004): channel subscriptions and per-user DM
+defaults. A subscription is unique per (channel, filter): subscribing again with the same filter replaces
+its events.
 """
 
 from __future__ import annotations

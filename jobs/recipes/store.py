@@ -1,7 +1,4 @@
-"""The recipes table (schema version 16) and the record read from it.
-
-Another engineer moves the schema to Alembic: this step needs a revision of its own there.
-"""
+"""The recipes table (created by Alembic revision 0004) and the record read from it."""
 
 from __future__ import annotations
 

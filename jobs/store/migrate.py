@@ -8,6 +8,9 @@
 
 A database at a revision this code does not know was migrated by a newer trainbot (a rolling deploy, or a
 rollback): revisions only add, so the older bot works on it, and ``upgrade`` leaves it alone with a warning.
+
+Alembic itself is imported only when there is something to do: a bot starting on a store already at the
+newest revision (read from the version table and the revision files' names) does not pay for it.
 """
 
 from __future__ import annotations
@@ -18,19 +21,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.autogenerate import compare_metadata
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
-from alembic.util.exc import CommandError
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import OperationalError
 
 from jobs.errors import ConfigError
 from jobs.store.schema import UTCDateTime, full_metadata, make_engine, write_transaction
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ ADVISORY_LOCK_KEY = zlib.crc32(b"trainbot schema migration")
 
 
 def alembic_config() -> Config:
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     # Module names must be identifiers (mypy and imports read them): v0003_add_x.py, not 0003_add_x.py.
@@ -51,7 +54,15 @@ def alembic_config() -> Config:
 
 @lru_cache(maxsize=1)
 def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config())
+
+
+def newest_on_disk() -> str:
+    """The newest revision, read from the files' names alone (v<rev>_<slug>.py, revisions numbered 0001 up:
+    `python -m jobs.store.migrations` names them so, and a test holds it equal to Alembic's head)."""
+    return max(path.name[1:5] for path in (MIGRATIONS_DIR / "versions").glob("v[0-9][0-9][0-9][0-9]_*.py"))
 
 
 def head_revision() -> str:
@@ -66,6 +77,8 @@ def revisions() -> list[str]:
 
 
 def is_known(revision: str) -> bool:
+    from alembic.util.exc import CommandError
+
     try:
         return _scripts().get_revision(revision) is not None
     except CommandError:
@@ -75,7 +88,14 @@ def is_known(revision: str) -> bool:
 def current_revision(engine: Engine) -> str | None:
     """The database's revision; None for a database no revision was applied to (new, or the first release's)."""
     with reachable(engine), engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return _stored_revision(conn)
+
+
+def _stored_revision(conn: Connection) -> str | None:
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    found = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    return None if found is None else str(found)
 
 
 def upgrade(engine: Engine, target: str = "head") -> list[str]:
@@ -99,7 +119,11 @@ def reachable(engine: Engine) -> Iterator[None]:
 
 def _upgrade(engine: Engine, target: str) -> list[str]:
     with migration_lock(engine) as conn:
-        current = MigrationContext.configure(conn).get_current_revision()
+        current = _stored_revision(conn)
+        if target == "head" and current == newest_on_disk():
+            return []  # the usual start: nothing to do, and Alembic not even imported
+        from alembic import command
+
         if current is not None and not is_known(current):
             log.warning("the store is at schema revision %s, newer than this trainbot knows (%s); "
                         "leaving it as it is", current, head_revision())
@@ -116,6 +140,9 @@ def _upgrade(engine: Engine, target: str) -> list[str]:
 def schema_drift(engine: Engine) -> list[Any]:
     """What differs between the tables the code declares and the database (Alembic's autogenerate diff);
     empty when a database migrated to head is exactly what the code expects."""
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"include_object": _owned, "compare_type": True})
         return list(compare_metadata(context, full_metadata()))

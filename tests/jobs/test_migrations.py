@@ -7,20 +7,21 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import shutil
-import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import inspect, text
+from sqlalchemy import create_engine, inspect, text
 
 from jobs.clock import FakeClock, SystemClock
 from jobs.endpoints.store import EndpointStore
 from jobs.lifecycle import state as st
 from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.notifications.store import preferences_table, subscriptions_table
+from jobs.recipes.store import recipes_table
 from jobs.schedules.store import schedule_runs, scheduler_lease, schedules_table
-from jobs.store.migrate import head_revision, revisions, schema_drift, upgrade
+from jobs.store.migrate import head_revision, newest_on_disk, revisions, schema_drift, upgrade
 from jobs.store.migrations.__main__ import main as new_revision
 from jobs.store.schema import read_transaction
 from jobs.store.store import Store
@@ -33,6 +34,25 @@ def test_a_database_migrated_to_head_is_what_the_code_declares(empty_database_ur
     store.migrate()
     assert schema_drift(store.engine) == []
     store.dispose()
+
+
+def test_revisions_are_numbered_in_order_so_the_start_up_shortcut_reads_the_head_from_the_file_names() -> None:
+    assert revisions() == [f"{n:04d}" for n in range(1, len(revisions()) + 1)]
+    assert newest_on_disk() == head_revision()
+
+
+def test_a_start_on_a_store_at_head_does_not_import_alembic(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'trainbot.db'}"
+    Store(url, clock=SystemClock()).migrate()
+    probe = ("import sys; from jobs.clock import SystemClock; from jobs.store.store import Store; "
+             f"assert Store({url!r}, clock=SystemClock()).migrate() == []; print('alembic' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
 
 
 def test_the_revision_helper_has_nothing_to_write_while_code_and_revisions_agree(
@@ -80,21 +100,37 @@ def test_a_store_made_by_the_first_release_upgrades_in_place_with_nothing_lost(t
     store.dispose()
 
 
-def test_a_store_that_ran_the_hand_written_launch_plan_step_keeps_its_plans(tmp_path: Path) -> None:
-    """main had added lineages.launch_plan as hand-written step 30 before Alembic: such a store has the
-    column already (made here exactly as that step made it) and keeps what is in it."""
+def test_a_store_that_ran_mains_later_hand_written_steps_keeps_what_they_made(tmp_path: Path) -> None:
+    """Before Alembic, main added hand-written steps 16 (recipes), 18 (notification tables), 30
+    (lineages.launch_plan) and 31 (attempts.steps_redone). A store that ran them (made here exactly as those
+    steps made it: the same tables, the same ALTERs) upgrades with their rows kept."""
     path = tmp_path / "trainbot.db"
     shutil.copy(LEGACY_DB, path)
-    with sqlite3.connect(path) as conn:
-        conn.execute("ALTER TABLE lineages ADD COLUMN launch_plan JSON")
-        conn.execute("INSERT INTO schema_version VALUES (30, 'lineage launch plan', '2026-11-30 12:00:00.000000')")
-        conn.execute("""UPDATE lineages SET launch_plan = '{"estimator": {"instance_type": "ml.p3.2xlarge"}}'
-                        WHERE id = 'spot-0001'""")
+    legacy = create_engine(f"sqlite:///{path}")
+    with legacy.begin() as conn:
+        recipes_table.create(conn)
+        subscriptions_table.create(conn)
+        preferences_table.create(conn)
+        conn.execute(text("ALTER TABLE lineages ADD COLUMN launch_plan JSON"))
+        conn.execute(text("ALTER TABLE attempts ADD COLUMN steps_redone INTEGER"))
+        for version, name in ((16, "recipes table"), (18, "notification subscriptions"),
+                              (30, "lineage launch plan"), (31, "steps redone after a resume")):
+            conn.execute(text("INSERT INTO schema_version VALUES (:v, :n, '2026-11-30 12:00:00.000000')"),
+                         {"v": version, "n": name})
+        conn.execute(text("""UPDATE lineages SET launch_plan = '{"estimator": {"instance_type": "ml.p3.2xlarge"}}'
+                             WHERE id = 'spot-0001'"""))
+        conn.execute(text("UPDATE attempts SET steps_redone = 7 WHERE job_name = 'spot-0001-2'"))
+        conn.execute(text("INSERT INTO recipes VALUES ('squad-nightly', 'bert-squad spot=yes', 'U_ALICE', 'slack', "
+                          "'2026-11-30 12:00:00.000000', '2026-11-30 12:00:00.000000')"))
+    legacy.dispose()
     store = Store(f"sqlite:///{path}", clock=SystemClock())
     assert store.migrate() == revisions()
     assert schema_drift(store.engine) == []
     assert store.get_lineage("spot-0001").launch_plan == {"estimator": {"instance_type": "ml.p3.2xlarge"}}
     assert store.get_lineage("nightly-0002").launch_plan is None
+    assert store.get_attempt("spot-0001-2").steps_redone == 7
+    with read_transaction(store.engine) as conn:
+        assert conn.execute(recipes_table.select()).one().text == "bert-squad spot=yes"
     store.dispose()
 
 
