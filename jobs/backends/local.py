@@ -298,7 +298,7 @@ class LocalBackend:
         return state
 
     def _observe(self, folder: JobFolder, state: JobState, now: datetime) -> tuple[str, str]:
-        if local_status.end_cause(state) == "capacity_taken_at" and state.secondary_status != "Interrupted":
+        if local_status.interrupted_for_now(state, now):
             # SageMaker reports the interruption before the job ends; the killed processes are gone at once.
             return RemoteStatus.IN_PROGRESS.value, "Interrupted"
         ended = folder.read_exit()

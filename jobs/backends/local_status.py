@@ -5,7 +5,7 @@ Status mapping (TrainingJobStatus / SecondaryStatus):
 - exit 0: Completed (even if a stop raced the end: the model is saved, as SageMaker would report);
 - stop(): Stopping, then Stopped / Stopped;
 - take_capacity() on a spot job: its processes are killed (no signal the script can act on); InProgress /
-  Interrupted on the first look after that (however fast they died), then Stopped /
+  Interrupted for INTERRUPTED_SECONDS after that (however fast they died), then Stopped /
   MaxWaitTimeExceeded, as SageMaker ends a spot job whose wait for capacity ran out;
 - running past max_run: Stopped / MaxRuntimeExceeded;
 - any other exit: Failed, "AlgorithmError: <the log's last error line>"; a process that vanished with
@@ -53,6 +53,18 @@ _MESSAGES = {
     "MaxRuntimeExceeded": "The job ran past max_run and was stopped.",
     "Failed": "Training job failed.",
 }
+
+
+#: How long a reclaimed local spot job shows InProgress / Interrupted before it ends Stopped, so a watcher
+#: polling every few seconds sees the interruption as it would on SageMaker (which waits for capacity).
+INTERRUPTED_SECONDS = 5.0
+
+
+def interrupted_for_now(state: JobState, now: datetime) -> bool:
+    taken = state.capacity_taken_at
+    if taken is None or end_cause(state) != "capacity_taken_at":
+        return False
+    return state.secondary_status != "Interrupted" or (now - taken).total_seconds() < INTERRUPTED_SECONDS
 
 
 def end_cause(state: JobState) -> str | None:
