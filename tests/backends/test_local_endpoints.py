@@ -98,6 +98,17 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
         service.undeploy(name, actor=ALICE)
 
 
+# Before the tests that restart or undeploy the module's endpoint: its process must still be running.
+def test_the_running_server_does_not_see_the_bots_secrets(deployed: Deployed) -> None:
+    folder = deployed.home / "local-endpoints" / deployed.name
+    pid = json.loads((folder / "endpoint.json").read_text())["pid"]
+    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
+    seen = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
+    assert CANARY not in raw
+    assert not [k for k in seen if k.startswith(("SLACK_", "AWS_", "TRAINBOT_"))]
+    assert seen["HF_HUB_OFFLINE"] == "1" and "PATH" in seen
+
+
 def test_the_trained_model_is_served_and_answers_questions_from_its_data(deployed: Deployed) -> None:
     assert deployed.store.get_lineage(deployed.lineage_id).status is LineageStatus.COMPLETED
     endpoint = deployed.service.get(deployed.name)
@@ -185,13 +196,3 @@ def _running(pid: int) -> bool:
         return False
     stat = Path(f"/proc/{pid}/stat")
     return not (stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] == "Z")
-
-
-def test_the_running_server_does_not_see_the_bots_secrets(deployed: Deployed) -> None:
-    folder = deployed.home / "local-endpoints" / deployed.name
-    pid = json.loads((folder / "endpoint.json").read_text())["pid"]
-    raw = Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace")
-    seen = dict(item.split("=", 1) for item in raw.split("\0") if "=" in item)
-    assert CANARY not in raw
-    assert not [k for k in seen if k.startswith(("SLACK_", "AWS_", "TRAINBOT_"))]
-    assert seen["HF_HUB_OFFLINE"] == "1" and "PATH" in seen
