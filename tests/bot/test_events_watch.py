@@ -227,7 +227,7 @@ def _spec() -> Any:
     return parse_command("distilbert-spot")
 
 
-def _wait_for(condition: Any, timeout: float = 30.0) -> None:
+def _wait_for(condition: Any, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "timed out"
