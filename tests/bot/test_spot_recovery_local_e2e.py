@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from bot.wiring import build_runtime
 from jobs.backends.local import LocalBackend
-from jobs.clock import FakeClock
+from jobs.clock import SystemClock
 from jobs.lifecycle.state import LineageStatus
 from jobs.records import Actor
 from jobs.settings import Settings
@@ -40,7 +40,8 @@ def weights(model_dir: str) -> dict:  # type: ignore[type-arg]
 
 def test_a_reclaimed_spot_job_resumes_and_matches_an_uninterrupted_run(trainbot_home: Path) -> None:
     settings = Settings(trainbot_home=trainbot_home, trainbot_backend="local", trainbot_relaunch_backoff_seconds=0)
-    runtime = build_runtime(settings, clock=FakeClock())
+    # The real clock: a reclaimed local job shows Interrupted for a few seconds of it before it ends.
+    runtime = build_runtime(settings, clock=SystemClock())
     backend = runtime.backend
     assert isinstance(backend, LocalBackend)
     steady = runtime.jobs.launch(SPEC, actor=OPERATOR)
