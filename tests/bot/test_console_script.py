@@ -62,6 +62,12 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.Comple
     return run_script(home, SCRIPT, timeout=420), home
 
 
+def answer_to(transcript: str, typed: str) -> str:
+    """What the console wrote between a typed line and the next one: its answer, and any background line
+    (a job's progress, a routed notification) that happened to be written while it was answered."""
+    return transcript.split(f"trainbot> {typed}\n", 1)[1].split("trainbot> ", 1)[0]
+
+
 def lineage_ids(transcript: str, preset: str) -> list[str]:
     return list(dict.fromkeys(re.findall(rf"^┌ ({preset}-[0-9a-f]+)$", transcript, re.MULTILINE)))
 
@@ -121,8 +127,8 @@ def test_jobs_lists_them_and_stop_stops_a_running_job(session: tuple[subprocess.
     assert "trainbot> /stop $last\n" in out
     assert f"Stopping {stopped}: the card and its thread say when it has ended." in out
     assert f"↳ {stopped} › ■ {stopped}-1 was stopped." in out
-    listing = out.split("trainbot> /jobs\n", 1)[1].split("trainbot> ", 1)[0]
-    assert listing.startswith("┌ Jobs (4)")
+    listing = answer_to(out, "/jobs")
+    assert "┌ Jobs (4)" in listing
     assert all(name in listing for name in (stopped, *lineage_ids(out, "roberta-mnli")))
 
 
@@ -131,11 +137,11 @@ def test_bad_lines_are_named_back_and_the_script_goes_on(
     session: tuple[subprocess.CompletedProcess[str], Path],
 ) -> None:
     out = session[0].stdout
-    assert "trainbot> /trian bert-squad\nUnknown command trian: try /train help." in out
-    bad_count = out.split("trainbot> /train bert-squad instances=zero\n", 1)[1].splitlines()[0]
-    assert "zero" in bad_count and "Traceback" not in bad_count
-    assert "trainbot> lunch\nUnknown input `lunch`: type a /command, a button label, or help." in out
-    assert "trainbot> /job $9\n$9 names no job: this session has launched 4 so far." in out
+    assert "Unknown command trian: try /train help." in answer_to(out, "/trian bert-squad")
+    bad_count = answer_to(out, "/train bert-squad instances=zero")
+    assert "instance_count takes a whole number" in bad_count and "zero" in bad_count and "Traceback" not in bad_count
+    assert "Unknown input `lunch`: type a /command, a button label, or help." in answer_to(out, "lunch")
+    assert "$9 names no job: this session has launched 4 so far." in answer_to(out, "/job $9")
 
 
 @pytest.mark.timeout(480)
@@ -145,7 +151,7 @@ def test_notify_logs_and_home_work_on_the_local_backend(session: tuple[subproces
     assert "trainbot> /notify on completed failed\nThis channel now gets completed, failed for every job." in out
     routed = re.findall(r"^✔ (\S+) completed: .*\(console:\S+\)\. #CONSOLE$", out, re.MULTILINE)
     assert sorted(routed) == sorted([qa, *lineage_ids(out, "roberta-mnli"), *lineage_ids(out, "distilbert-spot")])
-    logs = out.split("trainbot> /logs $1 3\n", 1)[1].split("trainbot> ", 1)[0]
+    logs = answer_to(out, "/logs $1 3")
     log_file = home.resolve() / "local-jobs" / f"{qa}-1" / "logs" / "train.log"
     assert f"{log_file} (3 lines)" in logs
     assert "[trainbot] training process exited with code 0" in logs

@@ -162,7 +162,9 @@ def test_the_loop_acts_on_events_between_long_reconciliation_polls(bot: Bot) -> 
     loop = threading.Thread(target=bot.runtime.watch_until_stopped, daemon=True)
     loop.start()
     try:
-        _wait_for(lambda: bot.sent.count["ListTrainingJobs"] >= 1)  # the first (reconciliation) cycle ran
+        # The first (reconciliation) cycle has ended once the loop waits on the queue; its listing may take
+        # several pages on a shared moto server, so counting its first page is not enough.
+        _wait_for(lambda: bot.sent.count["ListTrainingJobs"] >= 1 and bot.sent.count["ReceiveMessage"] >= 1)
         lists = bot.sent.count["ListTrainingJobs"]
         set_training_job_state(job, "Stopped", "MaxWaitTimeExceeded")
         put_events(bot.aws, training_change(job))
