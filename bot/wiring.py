@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock, SystemClock
 from jobs.errors import ConfigError
+from jobs.lifecycle.progress import ProgressTracker
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.watcher import Watcher
 from jobs.settings import Settings
@@ -43,6 +44,7 @@ class Runtime:
     watcher: Watcher
     schedules: Any = None
     endpoints: Any = None
+    progress: ProgressTracker | None = None  # live progress on the cards, at most every TRAINBOT_PROGRESS_SECONDS
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="trainbot-work")
     )
@@ -101,9 +103,12 @@ class Runtime:
         self.watch_until_stopped()
 
     def watch_cycle(self) -> str:
-        """One cycle of everything that is followed: training jobs, then endpoints and their idle note.
+        """One cycle of everything that is followed: training jobs, their live progress (when due), then
+        endpoints and their idle note.
         Returns what `trainbot watch --once` prints."""
         lines = [self.watcher.poll_once().summary()]
+        if self.progress is not None:
+            lines.append(self.progress.poll_once().summary())
         if self.endpoints is not None:
             followed = self.endpoints.poll_once()
             idle = self.endpoints.idle_report()
@@ -171,6 +176,7 @@ def build_runtime(
     jobs = JobService(store=store, backend=backend, settings=settings, clock=clock)
     watcher = Watcher(store=store, backend=backend, service=jobs, clock=clock, settings=settings)
     runtime = Runtime(settings=settings, clock=clock, store=store, backend=backend, jobs=jobs, watcher=watcher)
+    runtime.progress = ProgressTracker(store, backend, clock, settings)
     runtime.schedules = _build_schedules(runtime)
     runtime.endpoints = _build_endpoints(runtime)
     return runtime

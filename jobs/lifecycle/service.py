@@ -17,6 +17,7 @@ from typing import Any
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock
 from jobs.errors import BudgetExceeded, InvalidState, NotFound, PermissionDenied, TrainbotError
+from jobs.lifecycle.forecasts import Forecasts
 from jobs.permissions import AccessPolicy
 from jobs.planning.grammar import parse_command
 from jobs.planning.plan import LINEAGE_PLACEHOLDER, LaunchPlan, build_plan, checkpoint_uri
@@ -58,6 +59,7 @@ class JobService:
         self._clock = clock
         self._new_id = new_lineage_id or default_lineage_id
         self._policy = AccessPolicy.from_settings(settings)
+        self._forecasts = Forecasts(store, backend, clock)
 
     @property
     def policy(self) -> AccessPolicy:
@@ -66,13 +68,15 @@ class JobService:
     def plan(self, text: str) -> LaunchPlan:
         """What ``text`` would launch, with no network and no record."""
         spec = self._parse(text)
-        return build_plan(
+        return self._forecasts.add_to(build_plan(
             spec,
             bucket=self._settings.trainbot_bucket,
             lineage_id=LINEAGE_PLACEHOLDER,
             launched_by="",
             origin="",
-        )
+            max_restarts=self._settings.trainbot_max_restarts,
+            max_job_usd=self._settings.trainbot_max_job_usd,
+        ))
 
     # -- launch -----------------------------------------------------------------------------------
 
@@ -91,13 +95,15 @@ class JobService:
             log.info("request %s already launched %s", request_id, existing.id)
             return existing
         lineage_id = self._lineage_id(spec)
-        plan = build_plan(
+        plan = self._forecasts.add_to(build_plan(
             spec,
             bucket=self._settings.trainbot_bucket,
             lineage_id=lineage_id,
             launched_by=actor.user_id,
             origin=actor.via,
-        )
+            max_restarts=self._settings.trainbot_max_restarts,
+            max_job_usd=self._settings.trainbot_max_job_usd,
+        ))
         self._guarded(actor, "launch", lineage_id, lambda: self._check_budgets(plan))
         try:
             lineage = self._record_launch(plan, actor, request_id, schedule)
@@ -106,6 +112,7 @@ class JobService:
             if request_id is not None and (existing := self._store.find_by_request(request_id)) is not None:
                 return existing
             raise
+        self._forecasts.record_launch(lineage.id, plan)
         return self._start(lineage, plan, actor)
 
     def _record_launch(

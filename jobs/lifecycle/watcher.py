@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,17 @@ from jobs.lifecycle import events
 from jobs.lifecycle.controller import CycleResult, Settler, change_key
 from jobs.lifecycle.recovery import LAUNCH_LOST, Notify, RecoveryPolicy, decide
 from jobs.lifecycle.service import JobService
+from jobs.planning.forecast import ForecastTarget
 from jobs.planning.plan import LaunchPlan
-from jobs.records import AttemptStatus, JobSummary, LineageStatus, MetricSeries, RemoteJob, RemoteStatus
+from jobs.records import (
+    AttemptStatus,
+    JobSummary,
+    LineageStatus,
+    MetricSeries,
+    Progress,
+    RemoteJob,
+    RemoteStatus,
+)
 from jobs.settings import Settings
 from jobs.store.store import Attempt, Store
 
@@ -84,11 +94,18 @@ class _CountingBackend:
         self.calls += 1
         return self._backend.metric_series(job_name)
 
+    def progress(self, job_names: Sequence[str]) -> dict[str, Progress]:
+        self.calls += 1
+        return self._backend.progress(job_names)
+
     def console_links(self, job_name: str) -> dict[str, str]:
         return self._backend.console_links(job_name)  # built locally, no API call
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
         return self._backend.scaling_note(plan)
+
+    def forecast_target(self, plan: LaunchPlan) -> ForecastTarget | None:
+        return self._backend.forecast_target(plan)
 
 
 class Watcher:

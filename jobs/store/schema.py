@@ -201,7 +201,7 @@ def register_migration(version: int, name: str, apply: Callable[[Connection], An
 #: Modules that declare tables of their own on `metadata` and register their migration step on
 #: import. `migrations()` imports them first, so every database gets the whole schema whichever
 #: modules the running command happened to import.
-TABLE_MODULES = ("jobs.schedules.store", "jobs.endpoints.store")
+TABLE_MODULES = ("jobs.schedules.store", "jobs.endpoints.store", "jobs.store.runs")
 
 
 def migrations() -> list[Migration]:

@@ -13,8 +13,8 @@ from jobs.planning.grammar import parse_command
 from jobs.planning.plan import (
     ENTRY_POINTS,
     METRIC_DEFINITIONS,
-    PROGRESS_DEFINITIONS,
     METRIC_NAMES,
+    PROGRESS_DEFINITIONS,
     build_plan,
     checkpoint_uri,
     parse_metric_line,

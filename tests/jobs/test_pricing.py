@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from jobs.errors import BudgetExceeded, SpecError
+from jobs.lifecycle.recovery import RecoveryPolicy, candidates
 from jobs.planning.grammar import parse_command
 from jobs.planning.instances import instance_names
-from jobs.lifecycle.recovery import RecoveryPolicy, candidates
 from jobs.planning.pricing import (
     attempt_worst_case_usd,
     check_job_budget,

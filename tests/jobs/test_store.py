@@ -62,7 +62,7 @@ def test_migrate_creates_every_table_in_a_new_folder_and_is_idempotent(
     assert path.exists()
     tables = set(inspect(store.engine).get_table_names())
     assert {"lineages", "attempts", "audit", "outbox", "meta", "schema_version"} <= tables
-    assert store.schema_versions() == [1, 9, 20]  # core, schedules, endpoints
+    assert store.schema_versions() == [1, 9, 20, 30]  # core, schedules, endpoints, job runs
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
 
@@ -89,7 +89,7 @@ def test_a_later_step_migrates_an_older_database_once(
         store = Store(url, clock=clock)
         store.migrate()
         store.migrate()
-        assert store.schema_versions() == [1, 2, 9, 20]
+        assert store.schema_versions() == [1, 2, 9, 20, 30]
         assert calls == [1]
         with store.engine.begin() as conn:
             conn.execute(extra.insert().values(name="a", n=1))
