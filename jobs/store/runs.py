@@ -81,9 +81,10 @@ class RunHistory:
         row = self._row(lineage_id)
         return None if row is None else Forecast.from_json(dict(row.forecast or {}))
 
-    def predicted_speed_of(self, lineage_id: str) -> float | None:
+    def took_of(self, lineage_id: str) -> tuple[float | None, float | None]:
+        """(seconds, usd) the completed lineage took; Nones before it completed."""
         row = self._row(lineage_id)
-        return None if row is None else row.predicted_samples_per_second
+        return (None, None) if row is None else (row.took_seconds, row.took_usd)
 
     def record_completed(
         self, lineage_id: str, *, samples_per_second: float | None, startup_seconds: float | None,
