@@ -124,7 +124,7 @@ class Settler:
         if decision.kind == events.COMPLETED:
             ended = replace(lineage, status=LineageStatus.COMPLETED)
             report = build_report(ended, self._backend, now=self._clock.now())
-            report = record_completion(self._store, self._clock, ended, report)  # issue 17: history
+            report = record_completion(self._store, self._clock, ended, report)  # teaches later forecasts
             png = plot_lineage(ended, self._backend, self._plots_dir / f"{lineage.id}.png")
             return events.completed(lineage.id, attempt.job_name, report.to_json(), str(png) if png else None)
         if decision.kind == events.FAILED:

@@ -254,9 +254,10 @@ def test_unknown_jobs_and_bad_names(trainbot_home: Path) -> None:
     backend = LocalBackend(trainbot_home, clock=SystemClock(), offline=True)
     with pytest.raises(NotFound, match="no-such-job"):
         backend.describe("no-such-job")
-    for call in (backend.stop, backend.log_tail, backend.metric_series, backend.progress):
+    for call in (backend.stop, backend.log_tail, backend.metric_series, backend.job_progress):
         with pytest.raises(NotFound):
             call("no-such-job")
+    assert backend.progress(["no-such-job"]) == {}  # the port over many jobs: unknown ones have none
     with pytest.raises(BadInput, match="not valid"):
         backend.launch("../escape", plan_for("bert-squad", "x"))
     assert backend.list_changed(None) == []

@@ -131,7 +131,7 @@ def test_completed_job_gets_its_report_and_curves_from_cloudwatch(rig: Rig) -> N
     assert rig.store.get_lineage(lineage.id).status is LineageStatus.COMPLETED
     [done] = rig.notes(events.COMPLETED)
     assert done["report"]["spot_savings"] == "70%"
-    assert done["report"]["headline"] == {"accuracy": 0.85}
+    assert done["report"]["headline"] == {"accuracy": 0.85, "loss": 0.41}
     assert done["report"]["links"]["job"].endswith(f"#/jobs/{job}")
     assert done["png_path"] and Path(done["png_path"]).read_bytes()[:4] == b"\x89PNG"
     assert cycle.api_calls <= 6  # list, describe, and the metrics for the plot
