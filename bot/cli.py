@@ -260,12 +260,24 @@ def _cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.lifecycle.forecasts import forecast_of, with_forecast
+    from jobs.lifecycle.progress import read_live
     from jobs.reporting.reports import build_report
 
     runtime = _runtime(settings)
     lineage = runtime.jobs.get(args.job)
     report = build_report(lineage, runtime.backend, now=runtime.clock.now())
-    print(json.dumps(report.to_json(), indent=2, default=str) if args.json else report.to_text())
+    report = with_forecast(report, forecast_of(runtime.store, runtime.clock, lineage.id))
+    live = read_live(runtime.store, runtime.backend, runtime.clock, lineage)
+    if args.json:
+        data = report.to_json()
+        data["progress"] = live.to_json() if live else None
+        print(json.dumps(data, indent=2, default=str))
+        return 0
+    lines = report.to_text().splitlines()
+    if live is not None:
+        lines.insert(1, f"  progress: {live.words()}")
+    print("\n".join(lines))
     return 0
 
 

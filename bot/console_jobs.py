@@ -44,7 +44,7 @@ class JobTicker:
     """Progress lines and armed reclaims, one pass per `tick()`; `run()` ticks until the event is set."""
 
     store: Store
-    backend: Any  # LocalBackend (progress, take_capacity, console_links); other backends show nothing
+    backend: Any  # LocalBackend (job_progress, take_capacity, console_links); other backends show nothing
     say: Callable[..., None]
     session: Callable[[], list[Lineage]]  # the lineages this console launched, oldest first
     auto_reclaim: bool = True
@@ -87,7 +87,7 @@ class JobTicker:
     # -- progress ------------------------------------------------------------------------------
 
     def _progress(self, job_name: str) -> dict[str, float | int] | None:
-        progress = getattr(self.backend, "progress", None)
+        progress = getattr(self.backend, "job_progress", None)
         if progress is None:
             return None
         try:

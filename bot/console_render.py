@@ -13,6 +13,8 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from jobs.lifecycle.progress import progress_words
+
 Block = dict[str, Any]
 
 BOX_TOP = "┌ "
@@ -217,23 +219,10 @@ def title_of(lines: Sequence[str], fallback: str) -> str:
 
 
 def progress_line(progress: dict[str, float | int]) -> str:
-    """`step 20/60 · loss 0.7081 · ETA 13 s` from a local job's progress dict."""
-    parts = []
-    step, total = progress.get("step"), progress.get("max_steps")
-    if step is not None:
-        parts.append(f"step {int(step)}/{int(total)}" if total else f"step {int(step)}")
-    loss = progress.get("loss")
-    if loss is not None:
-        parts.append(f"loss {float(loss):.4f}")
+    """`step 20/60 · loss 0.7081 · ETA 13 s` from a local job's progress dict (the cards' own words)."""
     eta = progress.get("eta_s")
-    if eta is not None:
-        parts.append(f"ETA {_seconds(float(eta))}")
-    return " · ".join(parts)
-
-
-def _seconds(seconds: float) -> str:
-    whole = max(0, int(round(seconds)))
-    return f"{whole} s" if whole < 120 else f"{whole // 60} min {whole % 60} s"
+    return progress_words(progress.get("step"), progress.get("max_steps"), progress.get("loss"),
+                          float(eta) if eta is not None else None)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -3,9 +3,10 @@
 Each recipe is typed into the console as a person would (`/train PRESET`, `launch`, then waiting for
 the job), so the demo shows the real bot: plan cards, live progress, the spot interruption the console
 simulates and the watcher recovers from the checkpoints, and each final report. It ends with a table:
-wall time, attempts (the spot job has two), the headline metrics, what SageMaker would have charged for
-this run's billable seconds at the plan's prices, the plan's expected cost of the full-size run, and the
-spot savings (1 - billable / training seconds). Exit 0 when all three completed, 1 otherwise.
+wall time next to the forecast of this run (one attempt: the spot job's second attempt comes on top),
+attempts (the spot job has two), the headline metrics, what SageMaker would have charged for this run's
+billable seconds at the plan's prices, the forecast of the full-size run on SageMaker, and the spot
+savings (1 - billable / training seconds). Exit 0 when all three completed, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from typing import TYPE_CHECKING, TextIO
 from bot import console_render as render
 from bot.console import Console, tune_for_terminal
 from bot.console_chat import Screen
+from jobs.lifecycle.forecasts import forecast_of, with_forecast
 from jobs.lifecycle.state import LineageStatus
-from jobs.planning.pricing import estimate, usd
+from jobs.planning.forecast import about_duration, forecast
+from jobs.planning.forecast import summary as forecast_summary
+from jobs.planning.pricing import usd
 from jobs.reporting.reports import JobReport, build_report
 
 if TYPE_CHECKING:
@@ -37,7 +41,8 @@ RECIPES = (
     Recipe("sentence pairs (MNLI-style)", "roberta-mnli"),
     Recipe("managed spot, interrupted", "distilbert-spot"),
 )
-HEADERS = ("recipe", "job", "wall", "attempts", "metrics", "SageMaker, this run", "full-size plan", "spot savings")
+HEADERS = ("recipe", "job", "wall", "forecast", "attempts", "metrics", "SageMaker, this run",
+           "full-size on SageMaker", "spot savings")
 
 
 @dataclass(frozen=True)
@@ -45,7 +50,7 @@ class Outcome:
     recipe: Recipe
     wall_seconds: float
     report: JobReport | None
-    planned_usd: float  # the plan's expected cost of the full-size run on SageMaker
+    planned: str  # the forecast of the full-size run on SageMaker, in words
 
 
 def run_demo(runtime: Runtime, *, stdout: TextIO | None = None) -> int:
@@ -72,10 +77,12 @@ def _run_recipe(console: Console, number: int, recipe: Recipe) -> Outcome:
     wall = time.monotonic() - started
     new = [lineage for lineage in console.session() if lineage.id not in before]
     if not new:
-        return Outcome(recipe, wall, None, 0.0)
+        return Outcome(recipe, wall, None, "-")
     lineage = new[-1]
-    planned = estimate(lineage.spec).expected_usd
-    return Outcome(recipe, wall, build_report(lineage, console.runtime.backend), planned)
+    runtime = console.runtime
+    report = build_report(lineage, runtime.backend)
+    report = with_forecast(report, forecast_of(runtime.store, runtime.clock, lineage.id))
+    return Outcome(recipe, wall, report, forecast_summary(forecast(lineage.spec)))
 
 
 def summary(outcomes: list[Outcome]) -> list[str]:
@@ -88,16 +95,17 @@ def _row(outcome: Outcome) -> list[str]:
     report = outcome.report
     wall = f"{outcome.wall_seconds:.0f} s"
     if report is None:
-        return [outcome.recipe.command, "not launched", wall, "-", "-", "-", "-", "-"]
+        return [outcome.recipe.command, "not launched", wall, "-", "-", "-", "-", "-", "-"]
     job = report.lineage_id if report.status == LineageStatus.COMPLETED.value else f"{report.lineage_id} ({report.status})"
     return [
         outcome.recipe.command,
         job,
         wall,
+        _forecast_seconds(report),
         str(len(report.attempts)),
         _metrics(report.headline),
         usd(report.cost_usd),
-        usd(outcome.planned_usd),
+        outcome.planned,
         report.spot_savings_pct or "-",
     ]
 
@@ -106,3 +114,8 @@ def _metrics(headline: dict[str, float]) -> str:
     if not headline:
         return "-"
     return ", ".join(f"{name} {value:.3g}" for name, value in headline.items())
+
+
+def _forecast_seconds(report: JobReport) -> str:
+    seconds = (report.forecast or {}).get("seconds")
+    return "-" if seconds is None else about_duration(float(seconds))

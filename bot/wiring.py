@@ -19,6 +19,7 @@ from bot.scheduler import SchedulerRunner, build_schedule_service
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock, SystemClock
 from jobs.errors import ConfigError
+from jobs.lifecycle.progress import ProgressTracker
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.state import LineageStatus
 from jobs.lifecycle.watcher import Watcher
@@ -51,6 +52,7 @@ class Runtime:
     endpoints: Any = None
     recipes: Any = None
     events: Any = None  # jobs.backends.sagemaker_events.EventQueue when TRAINBOT_EVENTS_QUEUE is set
+    progress: ProgressTracker | None = None  # live progress on the cards, at most every TRAINBOT_PROGRESS_SECONDS
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="trainbot-work")
     )
@@ -110,9 +112,12 @@ class Runtime:
         self.watch_until_stopped()
 
     def watch_cycle(self) -> str:
-        """One cycle of everything that is followed: training jobs, then endpoints and their idle note.
+        """One cycle of everything that is followed: training jobs, their live progress (when due), then
+        endpoints and their idle note.
         Returns what `trainbot watch --once` prints."""
         lines = [self.watcher.poll_once().summary()]
+        if self.progress is not None:
+            lines.append(self.progress.poll_once().summary())
         if self.endpoints is not None:
             followed = self.endpoints.poll_once()
             idle = self.endpoints.idle_report()
@@ -160,9 +165,17 @@ class Runtime:
             if time.monotonic() >= next_cycle:
                 self._logged(self.watch_cycle)
                 next_cycle = time.monotonic() + self.settings.watch_seconds
-            wait = max(0.0, min(next_cycle - time.monotonic(), self._relaunch_due()))
+            wait = max(0.0, min(next_cycle - time.monotonic(), self._relaunch_due(), self._progress_due()))
             if not self._logged(partial(self.handle_events, wait)):
                 self.stop_event.wait(1.0)  # the queue is unreachable: do not spin
+
+    def _progress_due(self) -> float:
+        """Update live progress (it keeps its own TRAINBOT_PROGRESS_SECONDS pace, which no event marks) and
+        return the longest wait that keeps that pace."""
+        if self.progress is None:
+            return float("inf")
+        self._logged(self.progress.poll_once)
+        return self.settings.trainbot_progress_seconds
 
     def _relaunch_due(self) -> float:
         """Start the relaunches whose back-off ran out now, not at the next (long) reconciliation cycle;
@@ -243,6 +256,7 @@ def build_runtime(
     watcher = Watcher(store=store, backend=backend, clock=clock, settings=settings)
     runtime = Runtime(settings=settings, clock=clock, store=store, backend=backend, jobs=jobs, watcher=watcher)
     runtime.recipes = recipes
+    runtime.progress = ProgressTracker(store, backend, clock, settings)
     runtime.schedules = _build_schedules(runtime)
     runtime.endpoints = _build_endpoints(runtime)
     runtime.events = _build_events(runtime)

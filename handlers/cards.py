@@ -10,6 +10,8 @@ from typing import Any
 
 from handlers import blocks as bk
 from handlers import texts
+from jobs.lifecycle.progress import LiveProgress
+from jobs.planning.forecast import Forecast, summary
 from jobs.planning.own_code import SPOT_RESUME_NOTE
 from jobs.planning.plan import code_label
 from jobs.planning.pricing import CostEstimate, cost_of, usd
@@ -54,13 +56,22 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
     return pairs
 
 
-def cost_lines(cost: CostEstimate, max_job_usd: float | None) -> list[str]:
-    lines = [texts.PLAN_COST.format(expected=usd(cost.expected_usd), worst=usd(cost.worst_case_usd),
-                                    hourly=usd(cost.spot_hourly_usd or cost.hourly_usd))]
+def cost_lines(cost: CostEstimate, max_job_usd: float | None, forecast: Forecast | None = None,
+               count: int = 1) -> list[str]:
+    lines = []
+    if forecast is not None:
+        lines.append(texts.PLAN_FORECAST.format(summary=summary(forecast), basis=forecast.basis)
+                     if forecast.seconds is not None else texts.PLAN_NO_FORECAST.format(reason=forecast.basis))
+    lines.append(texts.PLAN_COST.format(worst=usd(cost.worst_case_usd), attempts=cost.attempts,
+                                        instance=cost.dearest_type, count=count,
+                                        hourly=usd(cost.spot_hourly_usd or cost.hourly_usd)))
+    if cost.capped_by_usd is not None:
+        lines.append(texts.PLAN_CAPPED.format(cap=usd(cost.capped_by_usd)))
     if cost.spot_hourly_usd is not None and cost.spot_savings_pct is not None:
-        lines.append(texts.PLAN_SPOT.format(spot_cost=usd(cost.expected_usd), on_demand_cost=usd(cost.on_demand_usd),
-                                            pct=cost.spot_savings_pct, saved=usd(cost.spot_savings_usd or 0.0)))
-    if max_job_usd is not None:
+        spot_cost, on_demand = _spot_comparison(cost, forecast)
+        lines.append(texts.PLAN_SPOT.format(spot_cost=usd(spot_cost), on_demand_cost=usd(on_demand),
+                                            pct=cost.spot_savings_pct, saved=usd(on_demand - spot_cost)))
+    if max_job_usd is not None and cost.capped_by_usd is None:
         lines.append(texts.PLAN_BUDGET.format(cap=usd(max_job_usd)))
     return lines
 
@@ -71,11 +82,19 @@ def checkpoint_line(minutes: float, save_steps: object) -> str:
     return texts.PLAN_CHECKPOINTS.format(minutes=shown, steps=save_steps if save_steps else 500)
 
 
+def _spot_comparison(cost: CostEstimate, forecast: Forecast | None) -> tuple[float, float]:
+    """(at the spot price, on demand): the forecast's bill when there is one, else one full max_run."""
+    if forecast is not None and forecast.usd is not None and forecast.on_demand_usd is not None:
+        return forecast.usd, forecast.on_demand_usd
+    return cost.expected_usd, cost.on_demand_usd
+
+
 def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, scaling_note: str | None,
-              max_job_usd: float | None, spot_pct_if_on: float | None = None) -> list[bk.Block]:
-    """The ephemeral card /train answers with: spec, cost, spot savings, the backend's note, buttons."""
+              max_job_usd: float | None, spot_pct_if_on: float | None = None,
+              forecast: Forecast | None = None, run_forecast: Forecast | None = None) -> list[bk.Block]:
+    """The ephemeral card /train answers with: spec, forecast, cost, spot savings, the backend's note, buttons."""
     title = texts.PLAN_TITLE.format(model=spec.model, count=spec.instance_count, instance=spec.instance_type)
-    lines = cost_lines(cost, max_job_usd)
+    lines = cost_lines(cost, max_job_usd, forecast, spec.instance_count)
     if spec.checkpoint_minutes is not None:
         lines.append(checkpoint_line(spec.checkpoint_minutes, spec.hyperparameters.get("save_steps")))
     if not spec.spot and spot_pct_if_on:
@@ -86,6 +105,8 @@ def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, sc
     body += bk.fields(spec_pairs(spec))
     body.append(bk.section("\n".join(lines)))
     if scaling_note:
+        if run_forecast is not None and run_forecast.seconds is not None:
+            scaling_note += texts.PLAN_RUN_FORECAST.format(summary=summary(run_forecast), basis=run_forecast.basis)
         body.append(bk.context(texts.PLAN_SCALING.format(note=bk.escape(scaling_note))))
     body.append(bk.actions([
         bk.button(texts.BUTTON_LAUNCH, ACTION_LAUNCH, value, style="primary"),
@@ -95,9 +116,11 @@ def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, sc
     return bk.message(body, cut_note=texts.BLOCKS_CUT)
 
 
-def plan_fallback(spec: JobSpec, cost: CostEstimate) -> str:
+def plan_fallback(spec: JobSpec, cost: CostEstimate, forecast: Forecast | None = None) -> str:
+    likely = summary(forecast) if forecast is not None and forecast.seconds is not None else \
+        texts.PLAN_FALLBACK_WORST.format(worst=usd(cost.worst_case_usd))
     return bk.fallback(texts.PLAN_FALLBACK.format(model=spec.model, count=spec.instance_count,
-                                                  instance=spec.instance_type, cost=usd(cost.expected_usd)))
+                                                  instance=spec.instance_type, likely=likely))
 
 
 # ---------------------------------------------------------------- launch card
@@ -124,15 +147,26 @@ def attempt_line(attempt: Attempt) -> str:
                                      detail=detail)
 
 
-def launch_card(lineage: Lineage) -> tuple[str, list[bk.Block]]:
-    """The in-channel card of a lineage, updated in place: status, attempt, cost, Stop / Deploy."""
+def launch_card(lineage: Lineage, *, forecast: Forecast | None = None,
+                live: LiveProgress | None = None) -> tuple[str, list[bk.Block]]:
+    """The in-channel card of a lineage, updated in place: status, attempt, live progress, cost, forecast,
+    Stop / Deploy. ``live`` shows only while the lineage runs."""
     status = lineage.status.value
     latest = lineage.latest_attempt
+    running = not lineage.status.is_terminal() and live is not None
     pairs = [
         (texts.CARD_FIELDS["status"], status_word(status)),
         (texts.CARD_FIELDS["attempt"], attempt_line(latest) if latest else "-"),
+    ]
+    if running and live is not None:
+        pairs.append((texts.CARD_FIELDS["progress"], live.words_without_cost() or "-"))
+    pairs += [
         (texts.CARD_FIELDS["instances"], f"{lineage.spec.instance_count} x {lineage.spec.instance_type}"),
-        (texts.CARD_FIELDS["cost"], usd(cost_so_far(lineage))),
+        (texts.CARD_FIELDS["cost"], usd(live.cost_so_far_usd if running and live else cost_so_far(lineage))),
+    ]
+    if forecast is not None and forecast.seconds is not None:
+        pairs.append((texts.CARD_FIELDS["forecast"], summary(forecast)))
+    pairs += [
         (texts.CARD_FIELDS["estimate"], usd(lineage.estimated_usd)),
         (texts.CARD_FIELDS["launched_by"], mention(lineage.launched_by)),
     ]
@@ -200,8 +234,9 @@ def jobs_list(lineages: Sequence[Lineage], *, shown: int = 40) -> tuple[str, lis
     return text, bk.message(body, cut_note=texts.BLOCKS_CUT)
 
 
-def job_detail(lineage: Lineage) -> tuple[str, list[bk.Block]]:
-    text, body = launch_card(lineage)
+def job_detail(lineage: Lineage, *, forecast: Forecast | None = None,
+               live: LiveProgress | None = None) -> tuple[str, list[bk.Block]]:
+    text, body = launch_card(lineage, forecast=forecast, live=live)
     buttons = body.pop() if body and body[-1].get("type") == "actions" else None
     lines = [texts.JOB_ATTEMPT_LINE.format(
         job=a.job_name, status=a.status.value,
@@ -220,19 +255,27 @@ def job_detail(lineage: Lineage) -> tuple[str, list[bk.Block]]:
 
 
 def report_blocks(lineage_id: str, report: dict[str, Any], summary: str) -> list[bk.Block]:
-    """The final report (jobs.reporting.reports.JobReport JSON): metrics, cost and savings, console links."""
+    """The final report (jobs.reporting.reports.JobReport JSON) as a summary: the task's metrics, the forecast
+    next to what it took, cost and savings, links; the trainer's internals last, in small print."""
     body: list[bk.Block] = [bk.header(texts.REPORT_TITLE.format(lineage=lineage_id)), bk.section(bk.escape(summary))]
     headline = report.get("headline") or {}
-    metrics = report.get("metrics") or {}
-    if isinstance(metrics, dict) and metrics:
-        shown = {**headline, **metrics} if isinstance(headline, dict) else metrics
+    if isinstance(headline, dict) and headline:
         body.append(bk.section(f"*{texts.REPORT_METRICS}*"))
-        body += bk.fields(list((bk.escape(str(k)), _number(v)) for k, v in shown.items())[: 2 * bk.MAX_FIELDS])
-    body += bk.fields(_cost_pairs(report))
+        body += bk.fields(list((bk.escape(str(k)), _number(v)) for k, v in headline.items())[: 2 * bk.MAX_FIELDS])
+    pairs = _cost_pairs(report)
+    if report.get("forecast_vs_actual"):
+        pairs.insert(0, (texts.REPORT_FORECAST, bk.escape(str(report["forecast_vs_actual"]))))
+    body += bk.fields(pairs)
     links = report.get("links") or {}
     if isinstance(links, dict) and links:
         lines = "\n".join(link(str(k), str(v)) for k, v in links.items())
         body.append(bk.section(f"*{texts.REPORT_LINKS}*\n{lines}"))
+    details = report.get("details")
+    if details is None:  # a report from before the split: everything not in the headline
+        details = {k: v for k, v in (report.get("metrics") or {}).items() if k not in headline}
+    if isinstance(details, dict) and details:
+        words = ", ".join(f"{bk.escape(str(k))} {_number(v)}" for k, v in details.items())
+        body.append(bk.context(texts.REPORT_DETAILS.format(details=words)))
     return bk.message(body, cut_note=texts.BLOCKS_CUT)
 
 

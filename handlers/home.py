@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from handlers import blocks as bk
 from handlers import cards, endpoints, texts
@@ -23,9 +23,11 @@ from handlers.chat import ChatUnavailable, HomeChat, Reply
 from handlers.context import CommandContext, Services
 from jobs.budget import SpendLedger
 from jobs.errors import PermissionDenied, TrainbotError
+from jobs.lifecycle.progress import LiveProgress
 from jobs.planning.pricing import usd
 from jobs.records import Actor
 from jobs.reporting.spend import lineage_cost_so_far, team_spend
+from jobs.store.runs import RunHistory
 from jobs.store.store import Lineage
 
 log = logging.getLogger(__name__)
@@ -39,13 +41,6 @@ LINEAGES_READ = 500  # recent lineages a home (or a refresher tick) reads
 HOME_MIN_INTERVAL = 10.0  # seconds between two publishes of one person's home on job changes
 HOME_TICK_SECONDS = 5.0
 HOME_MAX_PER_TICK = 8  # views.publish allows about 100 a minute: 8 every 5 s stays under it
-
-
-@runtime_checkable
-class ReportsProgress(Protocol):
-    """A backend that knows a running job's step (the local backend reads it from the job's log)."""
-
-    def progress(self, job_name: str) -> dict[str, float | int] | None: ...
 
 
 # ---------------------------------------------------------------- the view
@@ -89,29 +84,29 @@ def _running(services: Services, running: list[Lineage], now: datetime) -> list[
     blocks: list[bk.Block] = [bk.divider(), bk.section(f"*{texts.HOME_RUNNING}*")]
     if not running:
         return [*blocks, bk.context(texts.HOME_RUNNING_NONE)]
+    steps = _steps(services, running[:RUNNING_SHOWN])
     for lineage in running[:RUNNING_SHOWN]:
         spec = lineage.spec
         blocks.append(bk.section(texts.HOME_RUNNING_LINE.format(
             lineage=lineage.id, status=cards.status_word(lineage.status.value), model=bk.escape(spec.model),
             count=spec.instance_count, instance=spec.instance_type, spot=" spot" if spec.spot else "",
-            step=_step(services, lineage), cost=usd(lineage_cost_so_far(lineage, now)))))
+            step=steps.get(lineage.id, ""), cost=usd(lineage_cost_so_far(lineage, now)))))
         blocks.append(bk.actions([cards.stop_button(lineage.id)], block_id=f"home.running.{lineage.id}"))
     if len(running) > RUNNING_SHOWN:
         blocks.append(bk.context(texts.HOME_MORE.format(count=len(running) - RUNNING_SHOWN)))
     return blocks
 
 
-def _step(services: Services, lineage: Lineage) -> str:
-    backend, latest = services.backend, lineage.latest_attempt
-    if not isinstance(backend, ReportsProgress) or latest is None or latest.status.is_terminal():
-        return ""
-    try:
-        progress = backend.progress(latest.job_name)
-    except TrainbotError:
-        return ""
-    if not progress or "step" not in progress:
-        return ""
-    return texts.HOME_STEP.format(step=int(progress["step"]), total=int(progress.get("max_steps") or 0) or "?")
+def _steps(services: Services, running: list[Lineage]) -> dict[str, str]:
+    """`` · step 120/400`` of each running job whose live progress the watcher has kept (one query for all:
+    no backend call while the tab is drawn)."""
+    stored = RunHistory(services.store, services.clock).progress_of(lineage.id for lineage in running)
+    steps = {}
+    for lineage_id, data in stored.items():
+        live = LiveProgress.from_json(data)
+        if live.step is not None:
+            steps[lineage_id] = texts.HOME_STEP.format(step=live.step, total=live.total or "?")
+    return steps
 
 
 def _recent(ended: list[Lineage], now: datetime) -> list[bk.Block]:

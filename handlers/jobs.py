@@ -7,6 +7,7 @@ import logging
 from handlers import cards, texts
 from handlers.chat import ChatUnavailable, Reply
 from handlers.context import CommandContext
+from handlers.live import job_card
 from jobs.errors import InvalidState, TrainbotError
 from jobs.store.store import Lineage
 
@@ -24,7 +25,7 @@ def handle_job(ctx: CommandContext, text: str) -> Reply:
     ref = text.strip()
     if not ref:
         return Reply(text=texts.USAGE_JOB)
-    summary, blocks = cards.job_detail(ctx.services.jobs.get(ref))
+    summary, blocks = job_card(ctx.services, ctx.services.jobs.get(ref), detail=True)
     return Reply(text=summary, blocks=blocks)
 
 
@@ -67,7 +68,7 @@ def refresh_card(ctx: CommandContext, lineage: Lineage) -> None:
     """Redraw the lineage's card in place, where it has one."""
     if not (lineage.channel and lineage.message_ts):
         return
-    text, blocks = cards.launch_card(lineage)
+    text, blocks = job_card(ctx.services, lineage)
     try:
         ctx.chat.update(lineage.channel, lineage.message_ts, text, blocks=blocks)
     except ChatUnavailable:

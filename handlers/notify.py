@@ -23,8 +23,10 @@ from handlers import blocks as bk
 from handlers import cards, routing, texts
 from handlers.chat import Chat, ChatUnavailable, Mark, MarkingChat
 from handlers.context import Services
+from handlers.live import job_card
 from jobs.errors import NotFound
 from jobs.lifecycle import events
+from jobs.store.runs import RunHistory
 from jobs.store.store import Lineage, Notification
 
 log = logging.getLogger(__name__)
@@ -53,12 +55,38 @@ class _NotYet(Exception):
 
 
 def deliver_due(services: Services, chat: Chat, *, limit: int = 20) -> int:
-    """Deliver what is due; returns how many were delivered (the rest are deferred)."""
+    """Deliver what is due, then redraw the cards whose live progress moved; returns how many
+    notifications were delivered (the rest are deferred)."""
     delivered = 0
     for notification in services.store.due_notifications(limit=limit, claim_seconds=CLAIM_SECONDS):
         if deliver_one(services, chat, notification):
             delivered += 1
+    redraw_progress(services, chat, limit=limit)
     return delivered
+
+
+def redraw_progress(services: Services, chat: Chat, *, limit: int = 20) -> int:
+    """Cards whose progress (jobs.lifecycle.progress) is newer than what they show, redrawn in place. A
+    redraw is idempotent, so two bot processes doing the same one harm nothing; a chat error leaves it
+    for the next pass."""
+    runs = RunHistory(services.store, services.clock)
+    redrawn = 0
+    for lineage_id, progress_at in runs.unshown_progress(limit=limit):
+        try:
+            lineage = services.store.get_lineage(lineage_id)
+        except NotFound:
+            runs.mark_progress_shown(lineage_id, progress_at)
+            continue
+        if lineage.channel and lineage.message_ts:
+            text, blocks = job_card(services, lineage)
+            try:
+                chat.update(lineage.channel, lineage.message_ts, text, blocks=blocks)
+            except ChatUnavailable as exc:
+                log.warning("progress of %s not shown yet: %s", lineage_id, exc)
+                return redrawn
+            redrawn += 1
+        runs.mark_progress_shown(lineage_id, progress_at)
+    return redrawn
 
 
 def deliver_one(services: Services, chat: Chat, notification: Notification) -> bool:
@@ -122,7 +150,7 @@ def _deliver(services: Services, chat: Chat, notification: Notification, done: s
                                       thread_ts=thread_ts))
     if lineage is not None and lineage.message_ts:
         fresh = services.store.get_lineage(lineage.id)
-        card_text, card_blocks = cards.launch_card(fresh)
+        card_text, card_blocks = job_card(services, fresh)
         _step(done, "card", lambda: chat.update(channel, str(lineage.message_ts), card_text, blocks=card_blocks))
     if lineage is not None and routing.wants_dm(services, notification.kind, lineage):
         _step(done, "dm", lambda: _dm(chat, notification, lineage.launched_by,
@@ -150,7 +178,7 @@ def _with_card(services: Services, chat: Chat, notification: Notification, linea
     young = services.clock.now() - lineage.created_at < CARD_GRACE
     if lineage.origin == "slack" and young:
         raise _NotYet
-    text, blocks = cards.launch_card(lineage)
+    text, blocks = job_card(services, lineage)
     ts = _post(chat, notification, "card", channel, text, blocks=blocks)
     services.jobs.attach_message(lineage.id, channel, ts)
     done.add("card")

@@ -18,10 +18,16 @@ CHAT_NEEDS_RETRY = "The chat did not take a message; it will be retried."
 
 # ---------------------------------------------------------------- /train and the plan card
 PLAN_TITLE = "Plan: {model} on {count} x {instance}"
-PLAN_FALLBACK = "Plan for {model} on {count} x {instance}: about {cost}. Press Launch to start it."
+PLAN_FALLBACK = "Plan for {model} on {count} x {instance}: {likely}. Press Launch to start it."
+PLAN_FALLBACK_WORST = "at most {worst}"
+PLAN_FORECAST = "Forecast: {summary} ({basis})."
+PLAN_NO_FORECAST = "Forecast: none, {reason}."
+PLAN_RUN_FORECAST = "; this run: {summary} ({basis})"
 PLAN_SPOT = "Managed spot: about {spot_cost} instead of {on_demand_cost} on demand (saves ~{pct:.0f}%, {saved})."
 PLAN_SPOT_OFF = "On demand. With spot=yes it would cost about {pct:.0f}% less (checkpoints make it resumable)."
-PLAN_COST = "Expected {expected}, worst case {worst} ({hourly}/h for all instances)."
+PLAN_COST = ("Worst case {worst}: {attempts} attempts of max_run on {count} x {instance} at on-demand prices "
+             "({hourly}/h for all instances now).")
+PLAN_CAPPED = "Relaunches stop at the per-job cap of {cap}."
 PLAN_BUDGET = "Per-job cap {cap}."
 PLAN_SCALING = ":information_source: {note}"
 PLAN_CHECKPOINTS = (
@@ -69,7 +75,9 @@ CARD_FIELDS = {
     "attempt": "Attempt",
     "instances": "Instances",
     "cost": "Cost so far",
-    "estimate": "Estimate",
+    "forecast": "Forecast",
+    "progress": "Progress",
+    "estimate": "Worst case",
     "launched_by": "Launched by",
 }
 STATUS_WORDS = {
@@ -88,7 +96,7 @@ REFUSED_CARD = ":no_entry: Not launched: {reason}"
 # ---------------------------------------------------------------- /jobs and /job
 JOBS_EMPTY = "No jobs yet. Start one with /train bert-squad spot=yes."
 JOBS_TITLE = "Jobs ({count})"
-JOBS_LINE = "*{lineage}* {status} · {model} · {count} x {instance}{spot} · est. {estimate} · <@{user}>"
+JOBS_LINE = "*{lineage}* {status} · {model} · {count} x {instance}{spot} · worst case {estimate} · <@{user}>"
 JOBS_MORE = "… and {count} more; /job ID shows one."
 JOB_ATTEMPTS = "Attempts"
 JOB_ATTEMPT_LINE = "{job}: {status}{secondary}{reason}"
@@ -101,6 +109,8 @@ STOP_FAILED = "Could not stop {lineage}: {reason}"
 # ---------------------------------------------------------------- notifications
 REPORT_TITLE = "Final report: {lineage}"
 REPORT_METRICS = "Final metrics"
+REPORT_FORECAST = "Forecast vs actual"
+REPORT_DETAILS = "Trainer details: {details}"
 REPORT_COST = "Cost"
 REPORT_SAVINGS = "Spot savings"
 REPORT_DURATION = "Training time"

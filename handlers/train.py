@@ -18,6 +18,7 @@ from handlers import blocks as bk
 from handlers import cards, texts
 from handlers.chat import ChatUnavailable, ModalChat, Reply
 from handlers.context import CommandContext
+from handlers.live import job_card
 from jobs.errors import BadInput, SpecError, TrainbotError
 from jobs.planning.grammar import general_help, help_for, keys, tokenize
 from jobs.planning.pricing import spot_discount
@@ -62,8 +63,9 @@ def plan_reply(ctx: CommandContext, text: str) -> Reply:
         spec, plan.cost, command=f"/train {text}", value=value, scaling_note=note,
         max_job_usd=services.settings.trainbot_max_job_usd,
         spot_pct_if_on=None if spec.spot else spot_discount(spec.instance_type) * 100.0,
+        forecast=plan.forecast, run_forecast=plan.run_forecast,
     )
-    return Reply(text=cards.plan_fallback(spec, plan.cost), blocks=blocks)
+    return Reply(text=cards.plan_fallback(spec, plan.cost, plan.forecast), blocks=blocks)
 
 
 # ---------------------------------------------------------------- button values
@@ -138,7 +140,7 @@ def _launch_with_card(ctx: CommandContext, request_id: str, text: str, spec: Job
         return
     ctx.services.jobs.attach_message(lineage.id, ctx.channel_id, ts)
     lineage = ctx.services.jobs.get(lineage.id)
-    card_text, card_blocks = cards.launch_card(lineage)
+    card_text, card_blocks = job_card(ctx.services, lineage)
     _quietly(lambda: ctx.chat.update(ctx.channel_id, ts, card_text, blocks=card_blocks))
 
 

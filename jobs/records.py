@@ -58,6 +58,18 @@ class RemoteJob:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """Where a running job's training is, from the metrics it has logged so far."""
+
+    step: int | None = None
+    max_steps: int | None = None  # the script's own total, where the backend reads it
+    loss: float | None = None  # the latest training loss
+    eta_seconds: float | None = None  # the script's own estimate, where the backend reads it
+    steps_per_second: float | None = None  # measured over the recent steps, where the backend can
+    at: datetime | None = None  # when the newest figure was logged
+
+
+@dataclass(frozen=True)
 class JobSummary:
     """One row of a ListTrainingJobs page: enough to know whether to describe it."""
 

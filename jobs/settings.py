@@ -49,6 +49,8 @@ class Settings(BaseSettings):
     trainbot_max_endpoint_usd_per_hour: float | None = Field(default=None, gt=0)
     trainbot_relaunch_backoff_seconds: float = Field(default=30, ge=0)
     trainbot_max_restarts: int = Field(default=5, ge=0)
+    # Live progress of running jobs (step, loss, ETA, cost on their cards) is read at most this often.
+    trainbot_progress_seconds: float = Field(default=60, gt=0)
     trainbot_endpoint_idle_hours: float = Field(default=24, gt=0)
     # A schedule missed while the bot was down still runs (once) if the bot is back within this.
     trainbot_schedule_grace_seconds: float = Field(default=3600, ge=0)

@@ -32,15 +32,25 @@ from jobs.backends.local_code import (
 )
 from jobs.backends.local_environment import base_environment
 from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
-from jobs.backends.local_scaling import LocalLimits, LocalRun, is_offline, scale_plan, script_arguments
+from jobs.backends.local_scaling import (
+    LocalLimits,
+    LocalRun,
+    is_offline,
+    local_forecast_target,
+    scale_plan,
+    script_arguments,
+)
 from jobs.backends.local_state import JobFolder, JobState
 from jobs.clock import Clock
 from jobs.errors import BackendError, BadInput, InvalidState, NotFound, TrainbotError
 from jobs.planning.hyperparameters import check_launch_hyperparameters
 from jobs.planning.own_code import without_bot_arguments
-from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
+from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jobs.planning.forecast import ForecastTarget
     from jobs.planning.plan import LaunchPlan
 
 logger = logging.getLogger(__name__)
@@ -153,9 +163,26 @@ class LocalBackend:
         run = scale_plan(plan, offline=is_offline(self._offline), limits=self._limits)
         return f"{run.note()}; {local_container.RUNNER_LABELS[self._runner_kind()]}"
 
+    def progress(self, job_names: Sequence[str]) -> dict[str, Progress]:
+        """Each job's last `[progress]` line (a file read each, no API to batch)."""
+        found: dict[str, Progress] = {}
+        for name in job_names:
+            try:
+                line = self.job_progress(name)
+            except NotFound:
+                continue  # its folder is not there yet (launching)
+            if line is not None:
+                found[name] = local_state.as_progress(line, self._folder(name).log_path)
+        return found
+
+    def forecast_target(self, plan: LaunchPlan) -> ForecastTarget:
+        """The scaled-down run this backend makes of ``plan``, on this machine's CPU."""
+        run = scale_plan(plan, offline=is_offline(self._offline), limits=self._limits)
+        return local_forecast_target(plan, run)
+
     # ------------------------------------------------------------------ for the console and demo
 
-    def progress(self, job_name: str) -> dict[str, float | int] | None:
+    def job_progress(self, job_name: str) -> dict[str, float | int] | None:
         """The last `[progress]` line: {"step", "max_steps", "loss", "eta_s"}; None before the first."""
         return local_state.last_progress(local_state.tail_lines(self._folder(job_name).log_path, 400))
 

@@ -12,12 +12,15 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.backends.offline_assets import LocalAssets
 from jobs.planning import cadence
+from jobs.planning.forecast import ForecastTarget, Hardware
+from jobs.planning.pricing import hourly_usd
+from jobs.planning.workload import ModelShape, workload_of
 
 if TYPE_CHECKING:
     from jobs.planning.plan import LaunchPlan
@@ -26,6 +29,15 @@ _TRUE_WORDS = ("1", "true", "yes", "on")
 _DISTRIBUTED = ("data", "ddp", "model")
 #: Placeholder shown before the assets exist (a plan card must not build them).
 _TINY_MODEL_PLACEHOLDER = Path("tiny-bert")
+#: The offline model's shape (offline_assets.build_tiny_bert's defaults).
+TINY_MODEL = ModelShape(layers=2, hidden=64)
+#: What one local training process does on a CPU, effective (measured on the 2-core CI machine: tiny
+#: matrices keep a core far from its peak), and the seconds around the training (starting Python, torch
+#: and transformers, torchrun, loading the model and data, saving). The history corrects both per machine.
+LOCAL_PROCESS_TFLOPS = 0.02
+LOCAL_STARTUP_SECONDS = 15.0
+#: The local backend bills a spot job's run at this share, as SageMaker's spot savings would (local_status).
+LOCAL_SPOT_BILLABLE = 0.3
 
 
 @dataclass(frozen=True)
@@ -127,6 +139,30 @@ def _own_code_run(plan: LaunchPlan, *, offline: bool, limits: LocalLimits, asset
     data_label = f"data from {own}" if own else "the script's own data arguments"
     notes.insert(0, f"your {spec.entry} with its arguments as planned")
     return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes))
+
+
+def local_forecast_target(plan: LaunchPlan, run: LocalRun) -> ForecastTarget:
+    """The work of ``run`` (``plan`` scaled down) and this machine as the hardware it runs on."""
+    spec = plan.spec
+    hps = {k: v for k, v in run.hyperparameters.items() if isinstance(v, str | int | float | bool)}
+    work = workload_of(spec, hps, replicas=run.processes)
+    if run.offline:
+        work = replace(work, model=TINY_MODEL)
+    share = LOCAL_SPOT_BILLABLE if spec.spot else 1.0
+    hourly = hourly_usd(spec.instance_type, spot=spec.spot) * spec.instance_count * share
+    hardware = Hardware(
+        label=f"this machine's CPU, {run.processes} process{'es' if run.processes != 1 else ''}",
+        devices=run.processes,
+        half_tflops=LOCAL_PROCESS_TFLOPS,
+        fp32_tflops=LOCAL_PROCESS_TFLOPS,
+        efficiency=1.0,
+        startup_seconds=LOCAL_STARTUP_SECONDS,
+        unbilled_seconds=0.0,
+        teardown_seconds=0.0,
+        hourly_usd=hourly,
+        on_demand_hourly_usd=hourly_usd(spec.instance_type) * spec.instance_count,
+    )
+    return ForecastTarget(work, hardware)
 
 
 def _capped_hyperparameters(hps: dict[str, Any], task: str, limits: LocalLimits) -> dict[str, Any]:

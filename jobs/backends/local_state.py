@@ -13,11 +13,12 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from jobs.backends.file_lock import exclusive_lock
+from jobs.records import Progress
 
 _DATETIME_FIELDS = {
     "created_at",
@@ -195,3 +196,20 @@ def last_progress(lines: list[str]) -> dict[str, float | int] | None:
         if parsed is not None:
             return parsed
     return None
+
+
+def as_progress(line: dict[str, float | int], log_path: Path) -> Progress:
+    """A parsed `[progress]` line as the port's record; logged when the log file last changed."""
+    try:
+        at: datetime | None = datetime.fromtimestamp(log_path.stat().st_mtime, tz=timezone.utc)
+    except OSError:
+        at = None
+    step, total = line.get("step"), line.get("max_steps")
+    loss, eta = line.get("loss"), line.get("eta_s")
+    return Progress(
+        step=int(step) if step is not None else None,
+        max_steps=int(total) if total else None,
+        loss=float(loss) if loss is not None else None,
+        eta_seconds=float(eta) if eta is not None else None,
+        at=at,
+    )

@@ -31,6 +31,7 @@ from jobs.backends.aws_errors import (
 )
 from jobs.backends.aws_errors import not_found as job_not_found
 from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
+from jobs.backends.sagemaker_progress import ProgressReader
 from jobs.backends.sagemaker_session import (
     MAX_ATTEMPTS,
     build_sdk_session,
@@ -43,10 +44,21 @@ from jobs.clock import Clock
 from jobs.errors import ConfigError, SpecError
 from jobs.planning.hyperparameters import check_launch_hyperparameters
 from jobs.planning.own_code import without_bot_arguments
-from jobs.records import JobSummary, MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
+from jobs.records import (
+    JobSummary,
+    MetricPoint,
+    MetricSeries,
+    Progress,
+    RemoteJob,
+    RemoteStatus,
+    StatusTransition,
+)
 from jobs.settings import Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from jobs.planning.forecast import ForecastTarget
     from jobs.planning.plan import LaunchPlan
 
 logger = logging.getLogger(__name__)
@@ -97,6 +109,7 @@ class SageMakerBackend:
         self._s3 = boto_session.client("s3", region_name=self.region, config=self._config)
         self._logs = boto_session.client("logs", region_name=self.region, config=self._config)
         self._cw = boto_session.client("cloudwatch", region_name=self.region, config=self._config)
+        self._progress = ProgressReader(self._cw, clock)
         self._sdk_session: Any = None
         self._sdk_lock = threading.Lock()
         self._bucket_seen_until: datetime | None = None
@@ -302,6 +315,12 @@ class SageMakerBackend:
                     found[by_id[result["Id"]]].extend(points)
         return found
 
+    def progress(self, job_names: Sequence[str]) -> dict[str, Progress]:
+        """Step, loss and pace of each running job, from GetMetricData calls of up to 500 queries each
+        (jobs.backends.sagemaker_progress)."""
+        with aws_errors(self._ctx("read the progress of running jobs", self._cw)):
+            return self._progress.progress(job_names)
+
     # -- links and notes ---------------------------------------------------------------------------
 
     def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
@@ -324,6 +343,9 @@ class SageMakerBackend:
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
         return None  # SageMaker runs the plan as written
+
+    def forecast_target(self, plan: LaunchPlan) -> ForecastTarget | None:
+        return None  # the plan's own forecast is this backend's
 
     def _ctx(self, action: str, client: Any) -> AwsContext:
         return AwsContext(

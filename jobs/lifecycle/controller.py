@@ -30,6 +30,7 @@ from jobs.errors import BackendError, BackendUnavailable, CapacityError, NotFoun
 from jobs.lifecycle import events
 from jobs.lifecycle import state as st
 from jobs.lifecycle.cycle import CycleResult, change_key
+from jobs.lifecycle.forecasts import record_completion
 from jobs.lifecycle.recovery import (
     LAUNCH_LOST,
     Decision,
@@ -188,6 +189,7 @@ class Controller:
         if decision.kind == events.COMPLETED:
             ended = replace(lineage, status=LineageStatus.COMPLETED)
             report = build_report(ended, self._backend, now=self._clock.now())
+            report = record_completion(self._store, self._clock, ended, report)  # teaches later forecasts
             png = plot_lineage(ended, self._backend, self._plots_dir / f"{lineage.id}.png")
             return events.completed(lineage.id, attempt.job_name, report.to_json(), str(png) if png else None)
         if decision.kind == events.FAILED:

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 
 from jobs.lifecycle import events
 from jobs.lifecycle.state import AttemptStatus, LineageStatus
-from jobs.planning import versions
-from jobs.planning.instances import fallback_types
+from jobs.planning.instances import relaunch_types
 from jobs.planning.pricing import attempt_worst_case_usd, cost_of, usd
 from jobs.records import RemoteJob, RemoteStatus
 
@@ -210,9 +209,7 @@ def _first_affordable(
 def candidates(spec: JobSpec) -> list[tuple[str, bool]]:
     """(instance type, spot) in the order relaunches try them: the spec's type, its fallbacks, then
     on-demand as the last resort for a spot job whose spec allows it."""
-    allowed = versions.dataparallel_instance_types() if spec.distribution == "data" else None
-    types = [spec.instance.name, *fallback_types(spec.instance_type, allowed=allowed)]
-    order = [(name, spec.spot) for name in types]
+    order = [(name, spec.spot) for name in relaunch_types(spec.instance_type, spec.distribution)]
     if spec.spot and spec.on_demand_fallback:
         order.append((spec.instance.name, False))
     return order

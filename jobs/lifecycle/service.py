@@ -19,6 +19,7 @@ from jobs.budget import SpendLedger
 from jobs.clock import Clock
 from jobs.errors import BudgetExceeded, InvalidState, PermissionDenied
 from jobs.lifecycle.controller import Controller
+from jobs.lifecycle.forecasts import Forecasts
 from jobs.permissions import AccessPolicy
 from jobs.planning.local_paths import check_local_paths
 from jobs.planning.plan import LINEAGE_PLACEHOLDER, LaunchPlan, build_plan
@@ -67,6 +68,7 @@ class JobService:
         self._reader = reader or CommandReader.of(
             max_instances=settings.trainbot_max_instances, code_sources=settings.trainbot_code_sources
         )
+        self._forecasts = Forecasts(store, backend, clock)
 
     @property
     def policy(self) -> AccessPolicy:
@@ -76,13 +78,15 @@ class JobService:
         """What ``text`` would launch, with no network and no record."""
         spec = self._parse(text)
         check_local_paths(spec, self._settings, backend=self._backend.name)
-        return build_plan(
+        return self._forecasts.add_to(build_plan(
             spec,
             bucket=self._settings.trainbot_bucket,
             lineage_id=LINEAGE_PLACEHOLDER,
             launched_by="",
             origin="",
-        )
+            max_restarts=self._settings.trainbot_max_restarts,
+            max_job_usd=self._settings.trainbot_max_job_usd,
+        ))
 
     # -- launch -----------------------------------------------------------------------------------
 
@@ -102,13 +106,15 @@ class JobService:
             log.info("request %s already launched %s", request_id, existing.id)
             return existing
         lineage_id = self._lineage_id(spec)
-        plan = build_plan(
+        plan = self._forecasts.add_to(build_plan(
             spec,
             bucket=self._settings.trainbot_bucket,
             lineage_id=lineage_id,
             launched_by=actor.user_id,
             origin=actor.via,
-        )
+            max_restarts=self._settings.trainbot_max_restarts,
+            max_job_usd=self._settings.trainbot_max_job_usd,
+        ))
         self._guarded(actor, "launch", lineage_id, lambda: self._check_budgets(plan))
         try:
             lineage = self._record_launch(plan, actor, request_id, schedule)
@@ -117,6 +123,7 @@ class JobService:
             if request_id is not None and (existing := self._store.find_by_request(request_id)) is not None:
                 return existing
             raise
+        self._forecasts.record_launch(lineage.id, plan)
         return self.controller.start(lineage, plan, actor)
 
     def _record_launch(

@@ -20,6 +20,7 @@ new attempt and one announcement of each change.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -33,8 +34,9 @@ from jobs.lifecycle.controller import Controller
 from jobs.lifecycle.cycle import CycleResult, change_key
 from jobs.lifecycle.recovery import LAUNCH_LOST, Notify, RecoveryPolicy, decide
 from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.planning.forecast import ForecastTarget
 from jobs.planning.plan import LaunchPlan
-from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
+from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob, RemoteStatus
 from jobs.settings import Settings
 from jobs.store.store import Attempt, Store
 
@@ -83,11 +85,18 @@ class _CountingBackend:
         self.calls += 1
         return self._backend.metric_series(job_name)
 
+    def progress(self, job_names: Sequence[str]) -> dict[str, Progress]:
+        self.calls += 1
+        return self._backend.progress(job_names)
+
     def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         return self._backend.console_links(job_name, model_artifacts)  # built locally, no API call
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
         return self._backend.scaling_note(plan)
+
+    def forecast_target(self, plan: LaunchPlan) -> ForecastTarget | None:
+        return self._backend.forecast_target(plan)
 
 
 class Watcher:

@@ -212,7 +212,7 @@ def _hp_keys() -> list[Key]:
         "per_device_train_batch_size": ("batch_size",),
         "per_device_eval_batch_size": ("eval_batch_size",),
         "learning_rate": ("lr",),
-        "max_steps": ("steps",),
+        "max_steps": ("steps",),  # none or -1: no cap, the full epochs
         "max_seq_length": ("seq_len", "max_length"),
     }
     keys = []
@@ -221,8 +221,16 @@ def _hp_keys() -> list[Key]:
     return keys
 
 
-def _hp_reader(name: str) -> Callable[[str, str], HpValue]:
-    return lambda raw, key: coerce_hyperparameter(name, raw)
+def _hp_reader(name: str) -> Callable[[str, str], HpValue | None]:
+    return lambda raw, key: None if _is_uncapped(name, raw) else coerce_hyperparameter(name, raw)
+
+
+#: ``max_steps=none`` (or -1, as the Trainer reads it) removes a preset's step cap: the full epochs train.
+_NO_STEP_CAP = ("none", "-1", "off", "no")
+
+
+def _is_uncapped(name: str, raw: str) -> bool:
+    return name == "max_steps" and raw.strip().lower() in _NO_STEP_CAP
 
 
 def _mp_keys() -> list[Key]:
@@ -345,10 +353,12 @@ def _apply(command: _Command, token: str) -> None:
     _set(command, key.target, key.read(raw, key.name), key.param, token)
 
 
-def _passthrough(name: str, raw: str, token: str) -> HpValue:
+def _passthrough(name: str, raw: str, token: str) -> HpValue | None:
     if not HP_NAME.fullmatch(name):
         raise SpecError(f"{show(token)}: hp.NAME needs a NAME of letters, digits and _ (not starting with a digit).")
     check_reserved(name, raw)  # whatever the script; the script's own names are checked once code= is known
+    if _is_uncapped(name, raw):
+        return None
     if name in KNOWN_HYPERPARAMETERS:
         return coerce_hyperparameter(name, raw)
     return auto_value(raw)
@@ -363,7 +373,8 @@ def _set(command: _Command, target: str, value: Any, name: str, token: str) -> N
         command.fields[name] = value
         return
     group = "hyperparameters" if target == "hp" else "mp_parameters"
-    command.fields[group] = {**(command.fields.get(group) or {}), name: value}
+    values = {**(command.fields.get(group) or {}), name: value}
+    command.fields[group] = {k: v for k, v in values.items() if v is not None}  # None: the key removed
 
 
 def _drop_inapplicable_preset_fields(command: _Command) -> None:

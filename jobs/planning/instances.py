@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.errors import SpecError
+from jobs.planning import versions
 
 DATA_FILE = Path(__file__).parent / "data" / "instances.json"
 
@@ -26,6 +27,8 @@ class InstanceType:
     memory_gb: int
     accelerator: str
     bf16: bool  # the accelerator computes in bfloat16 (Ampere and newer, Trainium)
+    half_tflops: float = 0.0  # dense FP16/BF16 tensor peak per accelerator (data sheet; see the JSON's source)
+    fp32_tflops: float = 0.0  # dense FP32 peak per accelerator
 
     @property
     def total_gpu_memory_gb(self) -> int:
@@ -58,6 +61,8 @@ def _table() -> dict[str, InstanceType]:
             memory_gb=int(row["memory_gb"]),
             accelerator=str(fam["accelerator"]),
             bf16=bool(fam["bf16"]),
+            half_tflops=float(fam["half_tflops"]),
+            fp32_tflops=float(fam["fp32_tflops"]),
         )
     return table
 
@@ -109,3 +114,10 @@ def fallback_types(instance_type: str, *, allowed: tuple[str, ...] | None = None
     ]
     candidates.sort(key=lambda info: (info.gpus, info.vcpus, info.name))
     return [info.name for info in candidates]
+
+
+def relaunch_types(instance_type: str, distribution: str) -> list[str]:
+    """The types a lineage's attempts may run on, in the order recovery tries them: the type itself, then
+    its fallbacks (for smdistributed dataparallel only the types it accepts)."""
+    allowed = versions.dataparallel_instance_types() if distribution == "data" else None
+    return [instance_info(instance_type).name, *fallback_types(instance_type, allowed=allowed)]

@@ -47,7 +47,13 @@ def default_regex(name: str) -> str:
     return rf"(?:\[metric\] {escaped}=|[\"']{escaped}[\"']: ?[\"']?{_NUMPY_SCALAR}{table_row}){NUMBER}"
 
 
-METRIC_DEFINITIONS: list[dict[str, str]] = [{"Name": name, "Regex": default_regex(name)} for name in METRIC_NAMES]
+#: The step of the bot's scripts' ``[progress] step=S max_steps=M ...`` lines: a SageMaker job's live progress
+#: reads it from CloudWatch (jobs.backends.sagemaker_progress); it is not a metric of the report.
+PROGRESS_DEFINITIONS: list[dict[str, str]] = [{"Name": "step", "Regex": r"\[progress\] step=([0-9]+)"}]
+METRIC_DEFINITIONS: list[dict[str, str]] = [
+    {"Name": name, "Regex": default_regex(name)} for name in METRIC_NAMES
+] + PROGRESS_DEFINITIONS
+PROGRESS_NAMES = frozenset(d["Name"] for d in PROGRESS_DEFINITIONS)
 
 _STEP = re.compile(r"\[metric\] \S+=\S+ step=([0-9]+)(?!\S)")
 #: Splits ``a:RE1,b:RE2`` at the commas that start a new ``NAME:`` (a regex may hold commas itself).
@@ -84,7 +90,7 @@ def check_user_metrics(metrics: Mapping[str, object]) -> dict[str, str]:
     if total > MAX_DEFINITIONS:
         raise SpecError(
             f"A job has at most {MAX_DEFINITIONS} metric definitions (SageMaker's limit); these metrics make "
-            f"{total} with the {len(METRIC_NAMES)} built in: drop {total - MAX_DEFINITIONS}."
+            f"{total} with the {len(METRIC_DEFINITIONS)} built in: drop {total - MAX_DEFINITIONS}."
         )
     return checked
 
@@ -123,7 +129,8 @@ class MetricScanner:
     @classmethod
     def of(cls, definitions: Iterable[Mapping[str, str]] | None = None) -> MetricScanner:
         chosen = METRIC_DEFINITIONS if definitions is None else definitions
-        return cls(tuple((d["Name"], re.compile(d["Regex"])) for d in chosen))
+        # A log's [progress] lines are read as progress (jobs.backends.local_state), not as a metric.
+        return cls(tuple((d["Name"], re.compile(d["Regex"])) for d in chosen if d["Name"] not in PROGRESS_NAMES))
 
     def scan(self, line: str) -> list[tuple[str, float, int | None]]:
         found: list[tuple[str, float, int | None]] = []

@@ -10,12 +10,14 @@ import copy
 import importlib.util
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from jobs.planning import cadence, own_code, pricing
+from jobs.planning.forecast import Forecast, PastRun, about_duration, forecast, summary
 from jobs.planning.hyperparameters import ENTRY_POINTS, check_script_hyperparameters
 from jobs.planning.instances import instance_info
 from jobs.planning.metrics import METRIC_DEFINITIONS as METRIC_DEFINITIONS  # re-exported: the plan's defaults
@@ -86,7 +88,7 @@ def checkpoint_uri(bucket: str, lineage_id: str) -> str:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """What would be launched for ``spec``: the estimator's arguments and the cost of one attempt.
+    """What would be launched for ``spec``: the estimator's arguments and the cost bounds and the forecast.
 
     Once a launch is approved, ``stored()`` is kept with the lineage and every relaunch is
     ``from_stored(...).for_attempt(...)``: the same arguments on another instance type or spot setting,
@@ -97,6 +99,15 @@ class LaunchPlan:
     estimator: dict[str, Any]
     cost: CostEstimate
     inputs: dict[str, str] | None = None  # fit() channels: {"train": train_data} when the spec names one
+    forecast: Forecast | None = None  # the job on SageMaker, as planned
+    # The run this bot's backend makes of the plan, where it is another (the local backend's scaled-down
+    # run on this machine); None: the backend runs the plan as written.
+    run_forecast: Forecast | None = None
+
+    @property
+    def own_forecast(self) -> Forecast | None:
+        """The forecast of what will actually run."""
+        return self.run_forecast or self.forecast
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -104,6 +115,10 @@ class LaunchPlan:
             "estimator": self.estimator,
             "cost": self.cost.to_json(),
         }
+        if self.forecast is not None:
+            data["forecast"] = self.forecast.to_json()
+        if self.run_forecast is not None:
+            data["run_forecast"] = self.run_forecast.to_json()
         if self.inputs:
             data["inputs"] = dict(self.inputs)
         return data
@@ -137,8 +152,20 @@ class LaunchPlan:
         return LaunchPlan(spec, self.lineage_id, estimator, pricing.estimate(spec), self.inputs)
 
 
-def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str = "", origin: str = "") -> LaunchPlan:
-    """The plan of ``spec`` for lineage ``lineage_id``; an empty bucket gives placeholder URIs."""
+def build_plan(
+    spec: JobSpec,
+    *,
+    bucket: str,
+    lineage_id: str,
+    launched_by: str = "",
+    origin: str = "",
+    history: Sequence[PastRun] = (),
+    max_restarts: int | None = None,
+    max_job_usd: float | None = None,
+) -> LaunchPlan:
+    """The plan of ``spec`` for lineage ``lineage_id``; an empty bucket gives placeholder URIs. ``history``:
+    earlier SageMaker runs of the same model, task and instance type (newest first) the forecast learns
+    from; ``max_restarts`` and ``max_job_usd``: the operator's caps on the lineage's worst case."""
     layout = S3Layout(bucket, lineage_id)
     estimator: dict[str, Any] = {
         **code_arguments(spec),
@@ -169,7 +196,8 @@ def build_plan(spec: JobSpec, *, bucket: str, lineage_id: str, launched_by: str 
         tags=plan_tags(spec, lineage_id or LINEAGE_PLACEHOLDER, launched_by, origin),
     )
     inputs = {TRAIN_CHANNEL: spec.train_data} if spec.train_data else None
-    return LaunchPlan(spec, lineage_id, estimator, pricing.estimate(spec), inputs)
+    cost = pricing.estimate(spec, max_restarts=max_restarts, max_job_usd=max_job_usd)
+    return LaunchPlan(spec, lineage_id, estimator, cost, inputs, forecast=forecast(spec, history=history))
 
 
 def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
@@ -302,6 +330,7 @@ def render_plan_text(plan: LaunchPlan) -> str:
         _spot_line(spec),
         f"Checkpoints: {est['checkpoint_s3_uri']}",
         f"Output: {est['output_path']}",
+        *forecast_lines(plan),
         *cost_lines(plan.cost, spec),
     ]
     return "\n".join(lines)
@@ -315,6 +344,24 @@ def own_code_lines(spec: JobSpec) -> list[str]:
     if spec.spot:
         lines.append(own_code.SPOT_RESUME_NOTE)
     return lines
+
+
+def forecast_lines(plan: LaunchPlan) -> list[str]:
+    """``Forecast: about 28 min, about $24 (physics: ...)`` and, for a scaled-down local run, its own."""
+    lines = []
+    if plan.forecast is not None:
+        lines.append(f"Forecast: {summary(plan.forecast)}{_forecast_detail(plan.forecast)}")
+    if plan.run_forecast is not None:
+        lines.append(f"  this backend's run: {summary(plan.run_forecast)} ({plan.run_forecast.basis})")
+    return lines
+
+
+def _forecast_detail(f: Forecast) -> str:
+    if f.seconds is None or f.training_seconds is None or f.startup_seconds is None:
+        return ""
+    rate = f"{f.samples_per_second:,.1f} samples/s" if f.samples_per_second else "-"
+    return (f" ({f.basis}: {about_duration(f.training_seconds)} training at {rate}, "
+            f"{about_duration(f.startup_seconds)} start-up, evaluation and upload)")
 
 
 def _mp_summary(spec: JobSpec) -> str:
@@ -335,19 +382,23 @@ def _spot_line(spec: JobSpec) -> str:
 
 
 def cost_lines(cost: CostEstimate, spec: JobSpec) -> list[str]:
-    """``Cost: $X/hour ...``, ``worst case $Y``, ``expected $Z`` and the spot savings."""
+    """``Cost: $X/hour ...``, the lineage's worst case and the spot price."""
     if cost.spot_hourly_usd is None:
-        return [
-            f"Cost: {usd(cost.hourly_usd)}/hour on-demand",
-            f"  worst case {usd(cost.worst_case_usd)} ({_duration(spec.max_run)} at on-demand)",
-            f"  expected {usd(cost.expected_usd)} at most (training usually ends before max_run)",
-        ]
-    return [
-        f"Cost: {usd(cost.spot_hourly_usd)}/hour at a typical spot price ({usd(cost.hourly_usd)}/hour on-demand)",
-        f"  worst case {usd(cost.worst_case_usd)} ({_duration(spec.max_wait or 0)} max wait at the spot price)",
-        f"  expected {usd(cost.expected_usd)} at most ({_duration(spec.max_run)} at the spot price)",
-        f"  spot savings about {cost.spot_savings_pct:.0f}% ({usd(cost.spot_savings_usd or 0.0)} less than on-demand)",
-    ]
+        lines = [f"Cost: {usd(cost.hourly_usd)}/hour on-demand"]
+    else:
+        lines = [f"Cost: {usd(cost.spot_hourly_usd)}/hour at a typical spot price ({usd(cost.hourly_usd)}/hour "
+                 f"on-demand; spot savings about {cost.spot_savings_pct:.0f}%)"]
+    lines.append(f"  worst case {usd(cost.worst_case_usd)}: {worst_case_words(cost, spec)}")
+    return lines
+
+
+def worst_case_words(cost: CostEstimate, spec: JobSpec) -> str:
+    """``6 attempts x 24h on ml.p3.16xlarge at on-demand`` (and the cap, when it lowered the figure)."""
+    attempts = f"{cost.attempts} attempt{'s' if cost.attempts != 1 else ''}"
+    text = f"{attempts} x {_duration(spec.max_run)} on {spec.instance_count} x {cost.dearest_type} at on-demand"
+    if cost.capped_by_usd is not None:
+        text += f", stopped at the {usd(cost.capped_by_usd)} per-job cap (TRAINBOT_MAX_JOB_USD)"
+    return text
 
 
 def _duration(seconds: int) -> str:

@@ -1,17 +1,19 @@
-"""What a job costs: on-demand list prices, a typical spot discount, and the estimate of a plan.
+"""What a job costs: on-demand list prices, a typical spot discount, and the cost bounds of a plan.
 
 Prices come from data/prices.json (us-east-1 on-demand SageMaker training list prices; the file names its
 source and date). Spot prices move; the file carries a typical managed-spot discount per family.
 
-The estimate of one job (one attempt), all instances together:
-- ``hourly_usd``: the on-demand price per hour;
-- ``spot_hourly_usd``: that price less the typical spot discount (spot jobs only);
-- ``worst_case_usd``: ``max_run`` at on-demand; for a spot job ``max_wait`` at the typical spot price
-  (SageMaker bills only training seconds, at most ``max_run``, so this bound is conservative unless the spot
-  price rises far above its usual level). Relaunches after capacity losses are further attempts, each
-  bounded the same way;
-- ``expected_usd``: ``max_run`` at the price you expect to pay (typical spot price for spot jobs), a ceiling on
-  the likely bill, since training usually ends before ``max_run``;
+The estimate of a plan, all instances together:
+- ``hourly_usd``: the on-demand price per hour; ``spot_hourly_usd``: less the typical spot discount (spot jobs);
+- ``attempt_worst_case_usd``: the most one attempt can be billed: ``max_run`` seconds (SageMaker bills a spot
+  job's training seconds only, at most ``max_run``, however long it waits) at up to the on-demand price
+  (what a spot price can rise to);
+- ``worst_case_usd``: the most the whole lineage can be billed: every allowed attempt (1 + the restart cap:
+  the spec's ``max_restarts``, never above TRAINBOT_MAX_RESTARTS) at the attempt worst case on the dearest
+  instance type recovery may move it to (jobs.planning.instances.relaunch_types), capped by
+  TRAINBOT_MAX_JOB_USD where set (relaunches stop at the cap);
+- ``expected_usd``: ``max_run`` at the price you expect to pay (the typical spot price for spot jobs): one
+  attempt that runs to its limit. The forecast (jobs.planning.forecast) says what the job will likely cost;
 - ``spot_savings_pct``: the typical discount, in percent (spot jobs only).
 """
 
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.errors import BudgetExceeded
-from jobs.planning.instances import family_of, instance_info
+from jobs.planning.instances import family_of, instance_info, relaunch_types
 
 if TYPE_CHECKING:
     from jobs.planning.spec import JobSpec
@@ -58,16 +60,9 @@ def cost_of(instance_type: str, instance_count: int, billable_seconds: float, sp
     return hourly_usd(instance_type, spot=spot) * instance_count * max(billable_seconds, 0.0) / SECONDS_PER_HOUR
 
 
-def attempt_worst_case_usd(instance_type: str, instance_count: int, spot: bool, max_run: float) -> float:
-    """The most one attempt can be billed: ``max_run`` of every instance at up to the on-demand price (a
-    spot job is billed for training time, at most max_run, and its price can rise to on-demand).
-    ``spot`` is taken for the signature's sake: the ceiling is the same."""
-    return cost_of(instance_type, instance_count, max_run, spot=False)
-
-
 @dataclass(frozen=True)
 class CostEstimate:
-    """The cost of one attempt of a job, all instances together (see the module docstring)."""
+    """The cost bounds of a plan, all instances together (see the module docstring)."""
 
     hourly_usd: float
     spot_hourly_usd: float | None
@@ -75,6 +70,10 @@ class CostEstimate:
     expected_usd: float
     spot_savings_pct: float | None
     on_demand_usd: float  # max_run at on-demand: what the job would cost without spot
+    attempt_worst_case_usd: float = 0.0  # the first attempt's ceiling
+    attempts: int = 1  # the attempts the lineage may make (1 + the restart cap)
+    dearest_type: str = ""  # the dearest type recovery may move the lineage to
+    capped_by_usd: float | None = None  # TRAINBOT_MAX_JOB_USD, when it lowered worst_case_usd
 
     @property
     def spot_savings_usd(self) -> float | None:
@@ -82,15 +81,19 @@ class CostEstimate:
             return None
         return self.on_demand_usd - self.expected_usd
 
-    def to_json(self) -> dict[str, float | None]:
-        """Plain data; every key names its unit (``_usd``), amounts rounded to cents (hourly to 0.1 cent)."""
+    def to_json(self) -> dict[str, float | int | str | None]:
+        """Plain data; every amount's key names its unit (``_usd``), rounded to cents (hourly to 0.1 cent)."""
         return {
             "hourly_usd": round(self.hourly_usd, 3),
             "spot_hourly_usd": _round(self.spot_hourly_usd, 3),
             "worst_case_usd": round(self.worst_case_usd, 2),
+            "attempt_worst_case_usd": round(self.attempt_worst_case_usd, 2),
             "expected_usd": round(self.expected_usd, 2),
             "on_demand_usd": round(self.on_demand_usd, 2),
             "spot_savings_usd": _round(self.spot_savings_usd, 2),
+            "worst_case_attempts": self.attempts,
+            "worst_case_instance_type": self.dearest_type,
+            "worst_case_capped_at_usd": _round(self.capped_by_usd, 2),
         }
 
 
@@ -98,22 +101,46 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def estimate(spec: JobSpec) -> CostEstimate:
-    """The cost estimate of ``spec`` (one attempt)."""
+def attempt_worst_case_usd(instance_type: str, count: int, spot: bool, max_run: float) -> float:
+    """The most one attempt can be billed: ``max_run`` seconds of ``count`` instances at the on-demand
+    price. ``spot`` does not lower it: a spot job bills at most ``max_run`` training seconds (its wait for
+    capacity is not billed), and the spot price can rise to the on-demand price."""
+    return hourly_usd(instance_type) * count * max(max_run, 0) / SECONDS_PER_HOUR
+
+
+def lineage_worst_case(
+    spec: JobSpec, *, max_restarts: int | None = None, max_job_usd: float | None = None
+) -> tuple[float, int, str, bool]:
+    """(worst case of the lineage, attempts, the dearest type, whether ``max_job_usd`` capped it)."""
+    restarts = spec.max_restarts if max_restarts is None else min(spec.max_restarts, max_restarts)
+    attempts = 1 + max(0, restarts)
+    types = relaunch_types(spec.instance_type, spec.distribution)
+    dearest = max(types, key=lambda name: (hourly_usd(name), name))
+    total = attempts * attempt_worst_case_usd(dearest, spec.instance_count, spec.spot, spec.max_run)
+    if max_job_usd is not None and total > max_job_usd:
+        return max_job_usd, attempts, dearest, True
+    return total, attempts, dearest, False
+
+
+def estimate(spec: JobSpec, *, max_restarts: int | None = None, max_job_usd: float | None = None) -> CostEstimate:
+    """The cost bounds of ``spec``; ``max_restarts`` and ``max_job_usd`` are the operator's caps
+    (TRAINBOT_MAX_RESTARTS, TRAINBOT_MAX_JOB_USD)."""
     count = spec.instance_count
     on_demand = hourly_usd(spec.instance_type) * count
     on_demand_usd = on_demand * spec.max_run / SECONDS_PER_HOUR
-    if not spec.spot:
-        return CostEstimate(on_demand, None, on_demand_usd, on_demand_usd, None, on_demand_usd)
-    spot = hourly_usd(spec.instance_type, spot=True) * count
-    max_wait = spec.max_wait if spec.max_wait is not None else spec.max_run
+    spot = hourly_usd(spec.instance_type, spot=True) * count if spec.spot else None
+    worst, attempts, dearest, capped = lineage_worst_case(spec, max_restarts=max_restarts, max_job_usd=max_job_usd)
     return CostEstimate(
         hourly_usd=on_demand,
         spot_hourly_usd=spot,
-        worst_case_usd=spot * max_wait / SECONDS_PER_HOUR,
-        expected_usd=spot * spec.max_run / SECONDS_PER_HOUR,
-        spot_savings_pct=round(spot_discount(spec.instance_type) * 100.0, 1),
+        worst_case_usd=worst,
+        expected_usd=(spot if spot is not None else on_demand) * spec.max_run / SECONDS_PER_HOUR,
+        spot_savings_pct=round(spot_discount(spec.instance_type) * 100.0, 1) if spec.spot else None,
         on_demand_usd=on_demand_usd,
+        attempt_worst_case_usd=attempt_worst_case_usd(spec.instance_type, count, spec.spot, spec.max_run),
+        attempts=attempts,
+        dearest_type=dearest,
+        capped_by_usd=max_job_usd if capped else None,
     )
 
 
@@ -123,10 +150,13 @@ def usd(amount: float) -> str:
 
 
 def check_job_budget(cost: CostEstimate, max_job_usd: float | None) -> None:
-    """BudgetExceeded when the worst case of ``cost`` passes the per-job cap (TRAINBOT_MAX_JOB_USD)."""
-    if max_job_usd is None or cost.worst_case_usd <= max_job_usd:
+    """BudgetExceeded when one attempt could already pass the per-job cap (TRAINBOT_MAX_JOB_USD).
+
+    The lineage as a whole never passes it: its worst case is capped there, as relaunches stop at the cap."""
+    if max_job_usd is None or cost.attempt_worst_case_usd <= max_job_usd:
         return
     raise BudgetExceeded(
-        f"This job could cost up to {usd(cost.worst_case_usd)} (worst case), over the {usd(max_job_usd)} "
-        "per-job limit (TRAINBOT_MAX_JOB_USD): lower max_run, instance_count or instance_type, or use spot=yes."
+        f"This job could cost up to {usd(cost.attempt_worst_case_usd)} in one attempt (max_run at on-demand "
+        f"prices), over the {usd(max_job_usd)} per-job limit (TRAINBOT_MAX_JOB_USD): lower max_run, "
+        "instance_count or instance_type."
     )

@@ -1,7 +1,10 @@
 """What a lineage did and cost: the report `trainbot status JOB` prints and the `completed` event carries.
 
-Works on running lineages too (a partial report). Spot savings = 1 - billable / training seconds, summed over
-the attempts, shown as a whole percentage ("70%").
+It reads like a summary: the task's metrics first (EM and F1, or accuracy, and the loss), then the forecast
+next to what the job took, then the cost and the spot savings; the trainer's internals (total_flos,
+train_steps_per_second, epoch, the learning rate, ...) come last, folded into one line (all of them stay
+in the JSON's ``metrics``). Works on running lineages too (a partial report). Spot savings = 1 - billable /
+training seconds, summed over the attempts, shown as a whole percentage ("70%").
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 from jobs.errors import TrainbotError
 from jobs.lifecycle.state import AttemptStatus
 from jobs.planning import pricing
+from jobs.planning.forecast import about_duration, about_usd
+from jobs.planning.metrics import PROGRESS_NAMES
 from jobs.planning.plan import code_label
 
 if TYPE_CHECKING:
@@ -23,9 +28,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: The metrics a person looks for first, per task, in the order shown.
+_LOSS = ("loss", ("eval_loss", "train_loss"))
 HEADLINE_METRICS = {
-    "question-answering": (("exact_match", ("eval_exact_match", "exact_match")), ("f1", ("eval_f1", "f1"))),
-    "text-classification": (("accuracy", ("eval_accuracy", "accuracy")),),
+    "question-answering": (("exact_match", ("eval_exact_match", "exact_match")), ("f1", ("eval_f1", "f1")), _LOSS),
+    "text-classification": (("accuracy", ("eval_accuracy", "accuracy")), _LOSS),
 }
 
 
@@ -65,6 +71,25 @@ class JobReport:
     checkpoint_uri: str
     links: dict[str, str] = field(default_factory=dict)
     code: str = ""  # a team's own code as repo@<short sha> (REF), the commit the lineage was pinned to
+    forecast: dict[str, Any] | None = None  # the forecast it was launched with (Forecast.to_json())
+
+    @property
+    def details(self) -> dict[str, float]:
+        """The metrics that are not the task's: the trainer's internals."""
+        if not self.headline:
+            return {}  # no task's headline (own code): the text shows every metric as it came
+        shown = {name for _, names in HEADLINE_METRICS.get(self.task or "", ()) for name in names}
+        return {k: v for k, v in self.metrics.items() if k not in shown}
+
+    def forecast_line(self) -> str | None:
+        """``forecast 28 min / $24, took 31 min / $29`` (``so far`` while it runs)."""
+        planned = self.forecast or {}
+        seconds, cost = planned.get("seconds"), planned.get("usd")
+        if seconds is None or cost is None:
+            return None
+        took = "so far" if self.partial else "took"
+        spent = _about(self.duration_seconds or 0.0, self.cost_usd)
+        return f"forecast {_about(float(seconds), float(cost))}, {took} {spent}"
 
     @property
     def spot_savings_pct(self) -> str | None:
@@ -82,6 +107,8 @@ class JobReport:
         data["spot_savings"] = self.spot_savings_pct
         data["spot_savings_fraction"] = None if self.spot_savings is None else round(self.spot_savings, 4)
         data["steps_saved"] = self.steps_saved
+        data["details"] = self.details
+        data["forecast_vs_actual"] = self.forecast_line()
         for line in data["attempts"]:
             line["cost_usd"] = round(line["cost_usd"], 2)
         return data
@@ -173,8 +200,8 @@ def _cost(attempt: Attempt, count: int, seconds: int | None, *, spot: bool) -> f
 
 def _final_metrics(attempts: tuple[Attempt, ...]) -> dict[str, float]:
     for attempt in reversed(attempts):
-        if attempt.metrics:
-            return dict(attempt.metrics)
+        if attempt.metrics:  # a job's final metrics, less the step its progress lines report
+            return {k: v for k, v in attempt.metrics.items() if k not in PROGRESS_NAMES}
     return {}
 
 
@@ -210,24 +237,33 @@ def _text_lines(report: JobReport) -> list[str]:
     ]
     if report.code:
         lines.append(f"  code {report.code}")
-    if report.metrics:
+    if report.metrics:  # a team's own script has no headline of its task: its metrics, as they came
         shown = report.headline or report.metrics
-        lines.append("  metrics: " + ", ".join(f"{k} {v:.4g}" for k, v in shown.items()))
-    lines.append(
-        f"  duration {_hms(report.duration_seconds)}, training {_hms(report.training_seconds)}, "
-        f"billable {_hms(report.billable_seconds)}"
-    )
+        lines.append("  " + ", ".join(f"{k} {v:.4g}" for k, v in shown.items()))
+    forecast = report.forecast_line()
+    if forecast:
+        lines.append(f"  {forecast}")
     cost = f"  cost ${report.cost_usd:.2f}"
     if report.spot_savings_pct is not None:
         cost += f" (on-demand ${report.on_demand_usd:.2f}), spot savings {report.spot_savings_pct}"
     lines.append(cost)
+    lines.append(
+        f"  duration {_hms(report.duration_seconds)}, training {_hms(report.training_seconds)}, "
+        f"billable {_hms(report.billable_seconds)}"
+    )
     lines.append(f"  checkpoints {report.checkpoint_uri}")
     lines.append("  attempts:")
     lines.extend(_attempt_text(a) for a in report.attempts)
     if report.steps_saved:
         lines.append(f"  resuming from checkpoints saved {report.steps_saved} steps")
     lines.extend(f"  {name}: {url}" for name, url in report.links.items())
+    if report.details:
+        lines.append("  trainer: " + ", ".join(f"{k} {v:.4g}" for k, v in report.details.items()))
     return lines
+
+
+def _about(seconds: float, cost: float) -> str:
+    return f"{about_duration(seconds)} / {about_usd(cost)}"
 
 
 def _attempt_text(line: AttemptLine) -> str:

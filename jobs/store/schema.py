@@ -167,6 +167,7 @@ meta = Table(
 #: migrations and the drift check see the whole schema whichever modules the running command imported.
 TABLE_MODULES = (
     "jobs.schedules.store", "jobs.endpoints.store", "jobs.notifications.store", "jobs.recipes.store",
+    "jobs.store.runs",
 )
 
 

@@ -229,9 +229,13 @@ def test_metric_series_progress_and_links(qa_run: QaRun) -> None:
     steps = [p.x for p in series["loss"]]
     assert steps == sorted(steps) and len(steps) == len(set(steps)) >= 5
     assert series["eval_f1"][-1].value == pytest.approx(qa_run.remote.final_metrics["eval_f1"], abs=1e-3)
-    assert qa_run.first.progress("qa1-1") == pytest.approx(
+    assert qa_run.first.job_progress("qa1-1") == pytest.approx(
         {"step": 60, "max_steps": 60, "loss": series["loss"][-1].value, "eta_s": 0.0}, abs=1e-3
     )
+    found = qa_run.first.progress(["qa1-1", "never-launched-1"])  # the port: many jobs at once
+    assert list(found) == ["qa1-1"]
+    assert (found["qa1-1"].step, found["qa1-1"].max_steps, found["qa1-1"].eta_seconds) == (60, 60, 0.0)
+    assert found["qa1-1"].loss == pytest.approx(series["loss"][-1].value, abs=1e-3)
     links = qa_run.first.console_links("qa1-1")
     assert Path(links["log"]).is_file() and Path(links["model"]).is_dir()
     assert qa_run.first.log_tail("qa1-1", 3)[-1] == "[trainbot] training process exited with code 0"
@@ -320,9 +324,10 @@ def test_unknown_jobs_and_bad_names(trainbot_home: Path) -> None:
     backend = LocalBackend(trainbot_home, clock=SystemClock(), offline=True)
     with pytest.raises(NotFound, match="no-such-job"):
         backend.describe("no-such-job")
-    for call in (backend.stop, backend.log_tail, backend.metric_series, backend.progress):
+    for call in (backend.stop, backend.log_tail, backend.metric_series, backend.job_progress):
         with pytest.raises(NotFound):
             call("no-such-job")
+    assert backend.progress(["no-such-job"]) == {}  # the port over many jobs: unknown ones have none
     with pytest.raises(BadInput, match="not valid"):
         backend.launch("../escape", plan_for("bert-squad", "x"))
     assert backend.list_changed(None) == []

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,28 @@ def test_launch_status_and_watch_a_spot_job(moto_server: MotoAws, cli_env: dict[
     undeployed = trainbot(cli_env, "undeploy", endpoint)
     assert undeployed.returncode == 0, undeployed.stderr
     assert endpoint not in [e["EndpointName"] for e in sagemaker.list_endpoints()["Endpoints"]]
+
+
+def test_status_and_watch_show_the_live_progress_cloudwatch_has(moto_server: MotoAws, cli_env: dict[str, str]) -> None:  # noqa: F811
+    launched = trainbot(cli_env, "launch", "distilbert-spot")
+    assert launched.returncode == 0, launched.stderr
+    lineage = launched.stdout.strip().splitlines()[-1]
+    job = f"{lineage}-1"
+    set_training_job_state(job, "InProgress", "Training")
+    now = datetime.now(timezone.utc)
+    dimension = [{"Name": "TrainingJobName", "Value": job}]
+    moto_server.client("cloudwatch").put_metric_data(Namespace="/aws/sagemaker/TrainingJobs", MetricData=[
+        {"MetricName": name, "Dimensions": dimension, "Timestamp": now - timedelta(seconds=age), "Value": value}
+        for name, value, age in (("step", 100.0, 150), ("step", 160.0, 30), ("loss", 0.42, 30))
+    ])
+    status = trainbot(cli_env, "status", lineage)
+    assert status.returncode == 0, status.stderr
+    progress = next(line for line in status.stdout.splitlines() if "progress:" in line)
+    assert "step 160/782 · loss 0.4200 · ETA " in progress and "so far" in progress
+    assert "  forecast 11 min / $0.17, so far " in status.stdout  # the plan's forecast beside the time so far
+    watched = trainbot(cli_env, "watch", "--once")
+    assert watched.returncode == 0, watched.stderr
+    assert "progress: 1 running, 1 with progress, 1 cards updated" in watched.stdout
 
 
 def test_schedule_run_launches_at_once(moto_server: MotoAws, cli_env: dict[str, str]) -> None:  # noqa: F811

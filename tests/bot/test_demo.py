@@ -57,11 +57,11 @@ def test_demo_runs_the_three_recipes_in_turn_and_ends_with_the_table(tmp_path: P
     assert starts == sorted(starts)
     assert [name.rsplit("-", 2)[0] for name in backend.created] == ["bert-squad", "roberta-mnli", "distilbert-spot"]
     table = transcript.split("\n\n")[-2].splitlines()
-    assert table[0].split() == ["recipe", "job", "wall", "attempts", "metrics", "SageMaker,", "this", "run",
-                                "full-size", "plan", "spot", "savings"]
+    assert table[0].split() == ["recipe", "job", "wall", "forecast", "attempts", "metrics", "SageMaker,", "this",
+                                "run", "full-size", "on", "SageMaker", "spot", "savings"]
     qa, mnli, spot = table[2:]
     assert "exact_match 31, f1 33.5" in qa and qa.rstrip().endswith("-")
     assert "accuracy 0.57" in mnli
     assert "accuracy 0.46" in spot and spot.rstrip().endswith("70%")
-    assert re.search(r"\$1,3\d\d\.\d\d", qa)  # the full-size plan on 2 x p3.16xlarge, at the plan's prices
+    assert "about 9 min, about $5.89" in qa  # the full-size plan on 2 x p3.16xlarge (100 steps), forecast
     assert transcript.rstrip().splitlines()[-1].startswith("demo wall time: ")

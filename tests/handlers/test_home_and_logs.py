@@ -16,8 +16,10 @@ from handlers.home import HomeRefresher, home_blocks
 from jobs.budget import SpendLedger
 from jobs.errors import CapacityError
 from jobs.lifecycle import state as st
+from jobs.lifecycle.progress import LiveProgress
 from jobs.lifecycle.state import LineageStatus
 from jobs.planning.pricing import usd
+from jobs.store.runs import RunHistory
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, World, make_world, walk_limits
 from tests.jobs.fakes import ScriptedBackend
 
@@ -34,7 +36,7 @@ class PublishingChat:
 
 @pytest.fixture
 def world(tmp_path: Path) -> World:
-    return make_world(tmp_path, trainbot_daily_budget_usd=5000.0, trainbot_admins=("U_ADMIN",))
+    return make_world(tmp_path, trainbot_daily_budget_usd=20_000.0, trainbot_admins=("U_ADMIN",))
 
 
 def flat(blocks: list[dict]) -> str:
@@ -71,9 +73,20 @@ def test_the_home_names_the_persons_jobs_and_nobody_elses(world: World) -> None:
     assert "$0.57 so far" in text and "$28.15 \u00b7 ended" in text
     assert "Today $56.88 \u00b7 this week $56.88" in text
     committed = SpendLedger.from_settings(world.store, world.clock, world.settings).spent_today(world.clock.now())
-    assert f"could cost up to {usd(committed)} of the $5,000.00 daily budget ({committed / 50:.0f}%)" in text
+    assert f"could cost up to {usd(committed)} of the $20,000.00 daily budget ({committed / 200:.0f}%)" in text
     assert "No endpoints are up." in text and "No schedules." in text
     assert bobs.id in flat(home_blocks(world.services, BOB)) and running.id not in flat(home_blocks(world.services, BOB))
+
+
+def test_a_running_jobs_step_is_the_live_progress_the_watcher_kept(world: World) -> None:
+    running = world.jobs.launch("distilbert-spot", actor=ALICE)
+    before = flat(home_blocks(world.services, ALICE))
+    assert running.id in before and "step " not in before  # no progress read yet: no step shown
+    live = LiveProgress(f"{running.id}-1", step=120, total=400, loss=0.5, eta_seconds=60, cost_so_far_usd=0.1)
+    RunHistory(world.store, world.clock).set_progress({running.id: live.to_json()})
+    calls = len(world.backend.calls)
+    assert "· step 120/400" in flat(home_blocks(world.services, ALICE))
+    assert len(world.backend.calls) == calls  # drawn from the store: no backend call per job
 
 
 def cards_buttons(blocks: list[dict]) -> list[dict]:

@@ -50,7 +50,7 @@ def test_plan_card_shows_spec_cost_savings_and_buttons(world: World) -> None:
     walk_limits(reply.blocks)
     flat = json.dumps(reply.blocks)
     assert "bert-large-uncased-whole-word-masking" in flat and "2 x ml.p3.16xlarge" in flat
-    assert "Managed spot" in flat and "saves" in flat and "Expected $" in flat
+    assert "Managed spot" in flat and "saves" in flat and "Forecast: about " in flat and "Worst case $" in flat
     labels = [b["text"]["text"] for b in buttons_in(reply.blocks)]
     assert labels == ["Launch", "Edit", "Cancel"]
     request_id, text = train.decode_value(world.ctx(), button_value(reply, cards.ACTION_LAUNCH))

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobs.clock import Clock, FakeClock
 from jobs.errors import NotFound
-from jobs.records import JobSummary, MetricSeries, RemoteJob, RemoteStatus
+from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
     from jobs.planning.plan import LaunchPlan
@@ -55,6 +55,7 @@ class ScriptedBackend:
         self._scripts: dict[str, deque[RemoteJob | Exception]] = {}
         self._logs: dict[str, list[str]] = {}
         self._metrics: dict[str, MetricSeries] = {}
+        self._progress: dict[str, Progress] = {}
         self._stop_errors: dict[str, Exception] = {}
         self._lock = threading.Lock()
 
@@ -83,6 +84,10 @@ class ScriptedBackend:
 
     def set_metrics(self, job_name: str, series: MetricSeries) -> None:
         self._metrics[job_name] = series
+
+    def set_progress(self, job_name: str, progress: Progress) -> None:
+        """progress([... job_name ...]) answers this for it from now on."""
+        self._progress[job_name] = progress
 
     def calls_of(self, method: str) -> list[BackendCall]:
         return [c for c in self.calls if c.method == method]
@@ -167,7 +172,14 @@ class ScriptedBackend:
         self._record("console_links", job_name)
         return {"job": f"fake://jobs/{job_name}", "logs": f"fake://logs/{job_name}"}
 
+    def progress(self, job_names: Sequence[str]) -> dict[str, Progress]:
+        self._record("progress", ",".join(job_names))
+        return {name: self._progress[name] for name in job_names if name in self._progress}
+
     def scaling_note(self, plan: LaunchPlan) -> str | None:
+        return None
+
+    def forecast_target(self, plan: LaunchPlan) -> Any:
         return None
 
     # -- internals --------------------------------------------------------------------------------

@@ -53,8 +53,27 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], words
 def test_plan_text(tmp_path: Path) -> None:
     done = trainbot("plan", "bert-squad", home=tmp_path)
     assert done.returncode == 0, done.stderr
-    for words in ("data parallel", "2 x ml.p3.16xlarge", "/hour", "worst case $", "expected $"):
+    for words in ("data parallel", "2 x ml.p3.16xlarge", "/hour", "worst case $", "Forecast: about "):
         assert words in done.stdout
+
+
+ARTICLE = [
+    # (the command, the article's minutes and dollars): bert-large on 2 epochs of SQuAD, no step cap.
+    (["bert-squad", "max_steps=none"], 28, 24.0),
+    (["bert-squad", "max_steps=none", "instances=1", "type=ml.p3.2xlarge", "distribution=none"], 4 * 60, 15.0),
+]
+
+
+@pytest.mark.parametrize(("words", "minutes", "dollars"), ARTICLE)
+def test_plan_reproduces_the_articles_figures(tmp_path: Path, words: list[str], minutes: int, dollars: float) -> None:
+    done = trainbot("plan", *words, "--json", home=tmp_path)
+    assert done.returncode == 0, done.stderr
+    forecast = json.loads(done.stdout)["forecast"]
+    assert forecast["basis"] == "physics"
+    assert forecast["seconds"] == pytest.approx(minutes * 60, rel=0.25)
+    assert forecast["usd"] == pytest.approx(dollars, rel=0.25)
+    text = trainbot("plan", *words, home=tmp_path).stdout
+    assert "Forecast: about " in text
 
 
 def test_plan_json(tmp_path: Path) -> None:
@@ -64,7 +83,8 @@ def test_plan_json(tmp_path: Path) -> None:
     assert set(plan) >= {"spec", "estimator", "cost"}
     assert plan["estimator"]["use_spot_instances"] is True
     assert plan["estimator"]["max_wait"] == 3600
-    assert all("usd" in key for key in plan["cost"])
+    assert all("usd" in key for key, value in plan["cost"].items() if isinstance(value, float))
+    assert {"seconds", "usd", "basis"} <= set(plan["forecast"])
 
 
 def test_the_whole_command_may_come_as_one_quoted_argument(tmp_path: Path) -> None:

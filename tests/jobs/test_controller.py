@@ -134,8 +134,10 @@ def test_the_per_job_cap_ends_a_lineage_no_fallback_fits_with_a_sentence_naming_
 
 def test_the_daily_budget_counts_every_attempt_and_stops_a_relaunch(tmp_path: Path) -> None:
     world = make_world(tmp_path, backoff=0)
-    restart_with(world, trainbot_daily_budget_usd=1.5)
     lineage = world.launch("distilbert-spot")  # its attempt counts $1.06 (1000 s on-demand) until it ends
+    # The operator lowers the budget under the lineage's worst case once it runs (a launch is checked
+    # against every attempt it may make, so this one would be refused now).
+    restart_with(world, trainbot_daily_budget_usd=1.5)
     ledger = world.service._ledger
     assert ledger.spent_today(world.clock.now()) == pytest.approx(1.0625)
     world.watcher.poll_once()

@@ -217,6 +217,17 @@ class TestPresetOverrides:
         assert spec.hyperparameters["fp16"] is False
         assert spec.hyperparameters["max_steps"] == 100  # the rest of the preset stays
 
+    @pytest.mark.parametrize("token", ["max_steps=none", "steps=-1", "max_steps=None", "hp.max_steps=none"])
+    def test_max_steps_none_removes_the_presets_step_cap(self, token: str) -> None:
+        spec = parse_command(f"bert-squad {token}")
+        assert "max_steps" not in spec.hyperparameters
+        assert spec.hyperparameters["num_train_epochs"] == 2  # the full epochs train
+        assert "max_steps" not in parse_command(f"model=m dataset=squad {token}").hyperparameters
+
+    def test_a_step_cap_below_one_is_still_refused(self) -> None:
+        with pytest.raises(SpecError, match="max_steps must be at least 1"):
+            parse_command("bert-squad max_steps=0")
+
     def test_spot_off_drops_the_presets_max_wait(self) -> None:
         spec = parse_command("distilbert-spot spot=no")
         assert (spec.spot, spec.max_wait) == (False, None)

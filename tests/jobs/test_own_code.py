@@ -12,7 +12,13 @@ import pytest
 from jobs.backends.code_sources import GitCodeSources
 from jobs.errors import SpecError
 from jobs.planning.grammar import parse_command
-from jobs.planning.metrics import MAX_DEFINITIONS, METRIC_NAMES, MetricScanner, definitions_for
+from jobs.planning.metrics import (
+    MAX_DEFINITIONS,
+    METRIC_DEFINITIONS,
+    METRIC_NAMES,
+    MetricScanner,
+    definitions_for,
+)
 from jobs.planning.own_code import SPOT_ENTRY, SPOT_RESUME_NOTE, check_allowed, parse_code
 from jobs.planning.plan import build_plan, render_plan_text
 from jobs.planning.reader import CommandReader
@@ -217,7 +223,7 @@ def test_own_metrics_add_to_and_replace_the_defaults() -> None:
     spec = parse_command("bert-squad metrics='bleu:BLEU = ([0-9.]+),loss:my_loss=([0-9.]+),acc:acc {1,2}([0-9]+)'")
     assert spec.metrics == {"bleu": "BLEU = ([0-9.]+)", "loss": "my_loss=([0-9.]+)", "acc": "acc {1,2}([0-9]+)"}
     definitions = build_plan(spec, bucket="b", lineage_id="l").estimator["metric_definitions"]
-    assert [d["Name"] for d in definitions] == [*METRIC_NAMES, "bleu", "acc"]
+    assert [d["Name"] for d in definitions] == [*METRIC_NAMES, "step", "bleu", "acc"]  # step: live progress
     assert {"Name": "loss", "Regex": "my_loss=([0-9.]+)"} in definitions
     scanner = MetricScanner.of(definitions)
     assert scanner.scan("step 5: my_loss=0.25 BLEU = 31.5") == [("loss", 0.25, None), ("bleu", 31.5, None)]
@@ -240,7 +246,7 @@ def test_bad_metrics_are_one_sentence(value: str, says: str) -> None:
 
 
 def test_at_most_forty_definitions_in_all() -> None:
-    room = MAX_DEFINITIONS - len(METRIC_NAMES)
+    room = MAX_DEFINITIONS - len(METRIC_DEFINITIONS)
     fits = ",".join(f"m{i}:m{i}=([0-9]+)" for i in range(room))
     assert len(build_plan(parse_command(f"bert-squad metrics='{fits}'"), bucket="b", lineage_id="l")
                .estimator["metric_definitions"]) == MAX_DEFINITIONS

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from jobs.planning.grammar import parse_command
+from jobs.planning.metrics import PROGRESS_DEFINITIONS
 from jobs.planning.plan import (
     ENTRY_POINTS,
     METRIC_DEFINITIONS,
@@ -139,18 +140,22 @@ def test_training_source_dir_holds_the_entry_points() -> None:
 
 def test_to_json_is_plain_data() -> None:
     data = build_plan(parse_command("distilbert-spot"), bucket="b", lineage_id="l").to_json()
-    assert set(data) == {"spec", "estimator", "cost"}
+    assert set(data) == {"spec", "estimator", "cost", "forecast"}
     assert json.loads(json.dumps(data)) == data
-    assert all("usd" in key for key in data["cost"])
+    assert all("usd" in key for key, value in data["cost"].items() if isinstance(value, float))
+    assert {"seconds", "usd", "basis"} <= set(data["forecast"]) and data["forecast"]["basis"] == "physics"
     assert data["spec"]["spot"] is True
 
 
 @pytest.mark.parametrize(
     ("text", "lines"),
     [
-        ("bert-squad", ["Distribution: data parallel", "$56.30/hour", "worst case $1,351.30", "expected $1,351.30"]),
+        ("bert-squad", ["Distribution: data parallel", "$56.30/hour", "Forecast: about 9 min, about $5.89 (physics",
+                        "worst case $8,107.78: 6 attempts x 24h on 2 x ml.p3.16xlarge at on-demand"]),
+        ("bert-squad max_steps=none", ["Forecast: about 28 min, about $24 (physics"]),
         ("roberta-mnli", ["model parallel", "8 processes a host", "partitions 4"]),
-        ("distilbert-spot", ["Spot: yes", "worst case $1.15", "expected $0.32", "spot savings about 70%"]),
+        ("distilbert-spot", ["Spot: yes", "worst case $46.92: 6 attempts x 16m40s on 1 x ml.p3.16xlarge",
+                             "spot savings about 70%"]),
     ],
 )
 def test_render_plan_text(text: str, lines: list[str]) -> None:
@@ -161,7 +166,7 @@ def test_render_plan_text(text: str, lines: list[str]) -> None:
 
 class TestMetrics:
     def test_definitions_in_sdk_form(self) -> None:
-        assert [d["Name"] for d in METRIC_DEFINITIONS] == list(METRIC_NAMES)
+        assert [d["Name"] for d in METRIC_DEFINITIONS] == [*METRIC_NAMES, *(d["Name"] for d in PROGRESS_DEFINITIONS)]
         for d in METRIC_DEFINITIONS:
             assert set(d) == {"Name", "Regex"}
             assert re.compile(d["Regex"]).groups == 1
@@ -199,6 +204,13 @@ class TestMetrics:
     )
     def test_other_lines_are_not_metrics(self, line: str) -> None:
         assert parse_metric_line(line) is None
+
+    def test_the_progress_line_gives_the_step_series(self) -> None:
+        line = "[progress] step=120 max_steps=2738 loss=0.91 eta_s=640"
+        matches = {d["Name"]: re.search(d["Regex"], line) for d in METRIC_DEFINITIONS}
+        assert {name for name, match in matches.items() if match} == {"step"}
+        assert matches["step"] is not None and matches["step"].group(1) == "120"
+        assert parse_metric_line(line) is None  # not a [metric] line: the report never shows it
 
     def test_line_inside_a_log_prefix(self) -> None:
         assert parse_metric_line("2024-01-01 algo-1 [metric] eval_f1=88.1 step=9\n") == ("eval_f1", 88.1, 9)

@@ -32,7 +32,7 @@ from tests.jobs.fakes import ScriptedBackend
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 BOB = Actor("U_BOB", channel_id="C_ML", via="slack")
 ADMIN = Actor("U_ADMIN", channel_id="C_OTHER", via="slack")
-SPOT = "distilbert-spot"  # worst case $1.15 (1 x ml.p3.2xlarge spot, max_wait 1 h)
+SPOT = "distilbert-spot"  # worst case $46.92: 6 attempts x 1000 s on the dearest fallback, ml.p3.16xlarge
 
 
 @pytest.fixture
@@ -232,16 +232,19 @@ def test_the_per_job_budget_refuses_and_audits(
 
 
 def test_the_daily_budget_counts_today_only(store: Store, backend: ScriptedBackend, clock: FakeClock) -> None:
-    service = make_service(store, backend, clock, trainbot_daily_budget_usd=2.0)
+    # A launch is checked at its lineage's worst case ($46.92); a running attempt counts at its own
+    # ($1.06: 1000 s of ml.p3.2xlarge on-demand), so the second one passes $47.50.
+    service = make_service(store, backend, clock, trainbot_daily_budget_usd=47.5)
     backend.fail_launch(
         BackendUnavailable("SageMaker could not be reached: check AWS_ENDPOINT_URL and the network.")
     )
     with pytest.raises(BackendUnavailable):
         service.launch(SPOT, actor=ALICE)  # refused by the backend: it costs nothing
-    service.launch(SPOT, actor=ALICE)  # $1.15 of $2.00
+    service.launch(SPOT, actor=ALICE)
     with pytest.raises(BudgetExceeded, match="TRAINBOT_DAILY_BUDGET_USD") as refused:
         service.launch(SPOT, actor=BOB)
-    assert "$1.15" in refused.value.message and "$2.00" in refused.value.message
+    assert ("$1.06" in refused.value.message and "$46.92" in refused.value.message
+            and "$47.50" in refused.value.message)
     assert len(backend.created) == 1
     clock.advance(15 * 3600)  # 00:00 UTC the next day
     assert service.launch(SPOT, actor=BOB).status is LineageStatus.RUNNING

@@ -66,7 +66,7 @@ def test_migrate_creates_every_table_in_a_new_folder_and_is_idempotent(
     assert store.migrate() == []
     assert path.exists()
     tables = set(inspect(store.engine).get_table_names())
-    assert {"lineages", "attempts", "audit", "outbox", "meta", "schedules", "endpoints", "alembic_version"} <= tables
+    assert {"lineages", "attempts", "audit", "outbox", "meta", "schedules", "endpoints", "job_runs", "alembic_version"} <= tables
     assert store.schema_revision() == head_revision()
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"

@@ -93,6 +93,12 @@ class FileBackend:
     def scaling_note(self, plan: Any) -> str | None:
         return None
 
+    def progress(self, job_names: Any) -> dict[str, Any]:
+        return {}
+
+    def forecast_target(self, plan: Any) -> Any:
+        return None
+
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
