@@ -474,10 +474,11 @@ def _text(words: Sequence[str]) -> str:
 
 
 def _is_whole_command(word: str) -> bool:
-    """`trainbot plan "bert-squad spot=yes"`: the whole command as one argument, as typed in Slack. A
-    single key=value whose value has spaces (`"hp.note=two words"`) starts with a key, so it is not."""
+    """`trainbot plan "bert-squad spot=yes"` or `"model=m dataset=squad"`: the whole command as one argument,
+    as typed in Slack. A single key=value whose value has spaces (`"hp.note=two words"`) is not: its second
+    word is no key=value."""
     parts = word.split()
-    return len(parts) > 1 and "=" not in parts[0]
+    return len(parts) > 1 and ("=" not in parts[0] or "=" in parts[1])
 
 
 def _pop_flag(words: Sequence[str], flag: str) -> tuple[list[str], bool]:

@@ -95,6 +95,14 @@ def test_the_whole_command_may_come_as_one_quoted_argument(tmp_path: Path) -> No
     assert json.loads(whole.stdout)["hyperparameters"]["run_name"] == "two words"
 
 
+def test_a_quoted_command_of_keys_alone_is_whole_too(tmp_path: Path) -> None:
+    whole = trainbot("parse", "model=bert-base-uncased dataset=squad", home=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    assert (json.loads(whole.stdout)["model"], json.loads(whole.stdout)["dataset"]) == ("bert-base-uncased", "squad")
+    one_value = trainbot("parse", "bert-squad", "hp.run_name=two words", home=tmp_path)
+    assert json.loads(one_value.stdout)["hyperparameters"]["run_name"] == "two words"
+
+
 def test_plan_json_flag_may_come_before_the_text(tmp_path: Path) -> None:
     before = trainbot("plan", "--json", "distilbert-spot", home=tmp_path)
     after = trainbot("plan", "distilbert-spot", "--json", home=tmp_path)
