@@ -2,7 +2,10 @@
 the console makes (handlers.router). Adapters translate; they decide nothing.
 
 Everything acks at once: a command's reply *is* its ack; a button acks first and its reply goes out on the
-background executor; launches, stops and uploads never run on the ack path. Slack's retries
+background executor; launches, stops and uploads never run on the ack path. A /train card (or an edited
+one) that must first resolve a git REF (`git ls-remote`, up to RESOLVE_TIMEOUT_S) is drawn on the executor
+too: the command is acked with a one-line "Resolving…" and the card, or the sentence that says why there is
+none, follows through the command's response_url (a modal's, as an ephemeral message). Slack's retries
 (x-slack-retry-num > 0; Socket Mode's first delivery is 0) are acknowledged and dropped.
 """
 
@@ -23,7 +26,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from bot import slack_home
 from bot.slack_chat import SlackChat
 from handlers import blocks as bk
-from handlers import router, train
+from handlers import cards, router, train
 from handlers.chat import ChatUnavailable, Reply
 from handlers.context import CommandContext, Services
 from handlers.home import HomeRefresher
@@ -34,6 +37,7 @@ from jobs.settings import Settings
 log = logging.getLogger(__name__)
 
 GROUPS_TTL_SECONDS = 600.0
+TRAIN_COMMAND = "/train"  # its card may wait on a git host (own code): see train.resolving_note
 
 
 class GroupDirectory:
@@ -136,13 +140,30 @@ class SlackSurface:
     # -- slash commands -------------------------------------------------------------------------
 
     def command_listener(self) -> Callable[..., None]:
-        def listener(ack: Ack, body: dict[str, Any]) -> None:
+        def listener(ack: Ack, body: dict[str, Any], respond: Respond) -> None:
             ctx = self.context(body.get("user_id", ""), body.get("channel_id", ""))
-            reply = router.run_command(ctx, body.get("command", ""), body.get("text", "") or "")
-            ack(text=reply.text, blocks=reply.blocks or None,
-                response_type="ephemeral" if reply.ephemeral else "in_channel")
+            command, text = body.get("command", ""), body.get("text", "") or ""
+            note = train.resolving_note(ctx, text) if command == TRAIN_COMMAND else None
+            if note is not None:  # the card waits on a git host: Slack waits 3 s for the ack
+                ack(text=note, response_type="ephemeral")
+                self.services.run_later(lambda: self._respond(ctx, router.run_command(ctx, command, text), respond))
+                return
+            reply = router.run_command(ctx, command, text)
+            ack(text=reply.text, blocks=reply.blocks or None, response_type=_response_type(reply))
 
         return listener
+
+    def _respond(self, ctx: CommandContext, reply: Reply, respond: Respond) -> None:
+        """A command's reply drawn after its ack: through its response_url, as the ack would have carried it;
+        to the user alone (chat.postEphemeral) when that URL does not take it."""
+        try:
+            answered = respond(text=reply.text, blocks=reply.blocks or None, response_type=_response_type(reply))
+            if answered.status_code == 200:
+                return
+            log.warning("the response_url of %s answered HTTP %s", ctx.actor.user_id, answered.status_code)
+        except (SlackClientError, OSError, ValueError) as exc:  # ValueError: no response_url
+            log.warning("the response_url of %s failed: %s", ctx.actor.user_id, type(exc).__name__)
+        self._answer(ctx, reply, None)
 
     # -- buttons ----------------------------------------------------------------------------------
 
@@ -178,13 +199,30 @@ class SlackSurface:
             ack(response_action="errors", errors={train.OPTIONS_FIELD: exc.user_message()})
             return
         ctx = self.context(user, channel)
+        callback, values = view.get("callback_id", ""), modal_values(view)
+        if callback == cards.EDIT_CALLBACK and train.resolving_note(ctx, train.command_from_fields(values)):
+            ack()  # the card waits on a git host; a REF it cannot resolve is answered with the card's sentence
+            self.services.run_later(lambda: self._answer(ctx, _submitted(ctx, callback, values), None))
+            return
         try:
-            reply = router.run_submission(ctx, view.get("callback_id", ""), modal_values(view))
+            reply = router.run_submission(ctx, callback, values)
         except train.FieldErrors as exc:
             ack(response_action="errors", errors=exc.errors)
             return
         ack()
         self.services.run_later(lambda: self._answer(ctx, reply, None))
+
+
+def _submitted(ctx: CommandContext, callback: str, values: dict[str, str]) -> Reply:
+    """A submission answered after the modal closed: its field errors become the reply's sentence."""
+    try:
+        return router.run_submission(ctx, callback, values)
+    except train.FieldErrors as exc:
+        return Reply(text=bk.truncate(exc.user_message(), bk.MAX_TEXT))
+
+
+def _response_type(reply: Reply) -> str:
+    return "ephemeral" if reply.ephemeral else "in_channel"
 
 
 def modal_values(view: dict[str, Any]) -> dict[str, str]:

@@ -45,6 +45,7 @@ CONFIRM_STOP_TEXT = "The container gets SIGTERM and 120 s to save a checkpoint; 
 CONFIRM_STOP_YES = "Stop it"
 CONFIRM_NO = "Keep running"
 CANCELLED = "Cancelled: nothing was launched."
+RESOLVING_CODE = "Resolving {source} to its commit… the plan card follows in a moment."
 LAUNCHING_EPHEMERAL = "Launching {model}: the job card is in this channel and its thread has the progress."
 ALREADY_LAUNCHED = "That plan was already launched as {lineage}."
 LAUNCH_REFUSED = "Not launched: {reason}"

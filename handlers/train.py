@@ -2,7 +2,13 @@
 
 Launch is carried out off the ack path (services.run_later): the card is posted in the channel at once
 as "Launching…", the backend is called, and the card is updated in place. The request id drawn with the
-plan card travels in the button value, so a double click or a Slack retry launches once.
+plan card travels in the button value, so a double click or a Slack retry launches once. So does the commit
+the card pinned for own code: Launch and Edit start from that commit and never ask the git host again, so
+what launches is what the card showed even when the branch moved meanwhile.
+
+Resolving a git REF asks the git host (``git ls-remote``), which can take longer than a chat surface may
+wait for its acknowledgement: ``resolving_note`` tells a surface beforehand, so it can acknowledge at once
+and draw the card off the ack path (bot/slack_app.py does).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import logging
 import shlex
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from handlers import blocks as bk
@@ -21,6 +28,8 @@ from handlers.context import CommandContext
 from handlers.live import job_card
 from jobs.errors import BadInput, SpecError, TrainbotError
 from jobs.planning.grammar import general_help, help_for, keys, tokenize
+from jobs.planning.own_code import check_allowed, display, is_full_commit, unpinned_git
+from jobs.planning.plan import LaunchPlan
 from jobs.planning.pricing import spot_discount
 from jobs.planning.spec import JobSpec
 
@@ -51,11 +60,32 @@ def handle_train(ctx: CommandContext, text: str) -> Reply:
     return plan_reply(ctx, text)
 
 
+def resolving_note(ctx: CommandContext, text: str) -> str | None:
+    """The line a surface acknowledges /train ``text`` with when drawing its card must first resolve a git REF
+    over the network; None when the card needs no network or the text is answered at once (help, bad input,
+    a refusal)."""
+    text = text.strip()
+    if not text or help_for(text) is not None:
+        return None
+    services = ctx.services
+    try:
+        services.jobs.policy.check_can_use(ctx.actor)
+        spec = services.jobs.parse(text)
+        if spec.code is not None:
+            check_allowed(spec.code, services.settings.trainbot_code_sources)
+    except TrainbotError:
+        return None
+    source = unpinned_git(spec.code, spec.code_commit)
+    if source is None:
+        return None
+    return texts.RESOLVING_CODE.format(source=bk.escape(display(source.url, None, source.ref or "HEAD")))
+
+
 def plan_reply(ctx: CommandContext, text: str) -> Reply:
     """The plan card for ``text`` with a fresh request id in its buttons."""
     services = ctx.services
     plan = services.jobs.plan(text)
-    value = encode_value(ctx, uuid.uuid4().hex, text)
+    value = encode_value(ctx, uuid.uuid4().hex, text, commit=plan.spec.code_commit)
     backend = services.backend
     note = backend.scaling_note(plan) if backend is not None else None
     spec = plan.spec
@@ -71,27 +101,56 @@ def plan_reply(ctx: CommandContext, text: str) -> Reply:
 # ---------------------------------------------------------------- button values
 
 
-def encode_value(ctx: CommandContext, request_id: str, text: str) -> str:
-    """The request id and the command in a button value; a command too long for one is kept in the store."""
-    value = json.dumps({"r": request_id, "t": text}, separators=(",", ":"))
+@dataclass(frozen=True)
+class CardButton:
+    """What a plan card's buttons carry: the request id, the command, and the commit the card pinned."""
+
+    request_id: str
+    text: str
+    commit: str | None = None  # own git code: the commit the card showed (never resolved again)
+
+
+def encode_value(ctx: CommandContext, request_id: str, text: str, *, commit: str | None = None) -> str:
+    """The request id, the command and the pinned commit in a button value; a command too long for one is
+    kept in the store."""
+    fields = {"r": request_id, "t": text} | ({"c": commit} if commit is not None else {})
+    value = json.dumps(fields, separators=(",", ":"))
     if len(value) <= bk.MAX_BUTTON_VALUE:
         return value
     ctx.services.store.set_meta(DRAFT_PREFIX + request_id, text)
-    return json.dumps({"r": request_id}, separators=(",", ":"))
+    fields.pop("t")
+    return json.dumps(fields, separators=(",", ":"))
 
 
-def decode_value(ctx: CommandContext, value: str) -> tuple[str, str]:
+def decode_button(ctx: CommandContext, value: str) -> CardButton:
     try:
         data = json.loads(value)
         request_id = str(data["r"])
         text = data.get("t")
-    except (ValueError, TypeError, KeyError):
+        commit = data.get("c")
+    except (ValueError, TypeError, KeyError, AttributeError):
         raise BadInput(texts.STALE_BUTTON) from None
     if text is None:
         text = ctx.services.store.get_meta(DRAFT_PREFIX + request_id)
-    if not isinstance(text, str):
+    if not isinstance(text, str) or not (commit is None or (isinstance(commit, str) and is_full_commit(commit))):
         raise BadInput(texts.STALE_BUTTON)
-    return request_id, text
+    return CardButton(request_id, text, commit)
+
+
+def decode_value(ctx: CommandContext, value: str) -> tuple[str, str]:
+    button = decode_button(ctx, value)
+    return button.request_id, button.text
+
+
+def card_plan(ctx: CommandContext, button: CardButton) -> LaunchPlan:
+    """The plan the card showed: its command with the commit it pinned, so the git host is not asked again."""
+    jobs = ctx.services.jobs
+    if button.commit is None:
+        return jobs.plan(button.text)
+    spec = jobs.parse(button.text)
+    if unpinned_git(spec.code, spec.code_commit) is not None:
+        spec = spec.model_copy(update={"code_commit": button.commit})
+    return jobs.plan(spec)
 
 
 # ---------------------------------------------------------------- Launch
@@ -100,35 +159,37 @@ def decode_value(ctx: CommandContext, value: str) -> tuple[str, str]:
 def on_launch(ctx: CommandContext, value: str) -> Reply | None:
     """Access is checked again at the click (router), not only when the card was drawn; launched off the
     ack path."""
-    request_id, text = decode_value(ctx, value)
+    button = decode_button(ctx, value)
+    request_id = button.request_id
     services = ctx.services
     existing = services.store.find_by_request(request_id)
     if existing is not None:
         return Reply(text=texts.ALREADY_LAUNCHED.format(lineage=existing.id))
-    spec = services.jobs.plan(text).spec
+    spec = card_plan(ctx, button).spec
     if not services.launch_guard.claim(request_id):
         return None  # the same click is being launched right now
     try:
-        services.run_later(lambda: launch_now(ctx, request_id, text, spec))
+        services.run_later(lambda: launch_now(ctx, request_id, spec))
     except Exception:
         services.launch_guard.release(request_id)
         raise
     return Reply(text=texts.LAUNCHING_EPHEMERAL.format(model=spec.model))
 
 
-def launch_now(ctx: CommandContext, request_id: str, text: str, spec: JobSpec) -> None:
-    """Post the card, launch, attach the card to the lineage and update it. Runs in the background."""
+def launch_now(ctx: CommandContext, request_id: str, spec: JobSpec) -> None:
+    """Post the card, launch ``spec`` (as the card planned it, commit included), attach the card to the
+    lineage and update it. Runs in the background."""
     try:
-        _launch_with_card(ctx, request_id, text, spec)
+        _launch_with_card(ctx, request_id, spec)
     finally:
         ctx.services.launch_guard.release(request_id)
 
 
-def _launch_with_card(ctx: CommandContext, request_id: str, text: str, spec: JobSpec) -> None:
+def _launch_with_card(ctx: CommandContext, request_id: str, spec: JobSpec) -> None:
     title = texts.PLAN_TITLE.format(model=spec.model, count=spec.instance_count, instance=spec.instance_type)
     ts = _post_quietly(ctx, *cards.launching_card(title))
     try:
-        lineage = ctx.services.jobs.launch(text, actor=ctx.actor, request_id=request_id)
+        lineage = ctx.services.jobs.launch(spec, actor=ctx.actor, request_id=request_id)
     except TrainbotError as exc:
         _refused(ctx, ts, title, exc.user_message())
         return
@@ -176,12 +237,12 @@ def on_cancel(ctx: CommandContext, value: str) -> Reply:
 
 def on_edit(ctx: CommandContext, value: str) -> Reply | None:
     """A modal with the plan's fields where the surface has modals; a re-prompt elsewhere."""
-    _, text = decode_value(ctx, value)
+    button = decode_button(ctx, value)
     if ctx.trigger_id and isinstance(ctx.chat, ModalChat):
-        spec = ctx.services.jobs.plan(text).spec
-        ctx.chat.open_modal(ctx.trigger_id, edit_modal(spec, text, ctx.channel_id))
+        spec = card_plan(ctx, button).spec
+        ctx.chat.open_modal(ctx.trigger_id, edit_modal(spec, button.text, ctx.channel_id))
         return None
-    return Reply(text=texts.EDIT_REPROMPT.format(command=text))
+    return Reply(text=texts.EDIT_REPROMPT.format(command=button.text))
 
 
 def other_options(text: str) -> str:

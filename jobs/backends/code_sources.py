@@ -163,14 +163,17 @@ class GitCodeSources:
         except subprocess.TimeoutExpired:
             raise BackendError(f"Could not {what}: git took longer than {limit:.0f} s.") from None
         if done.returncode != 0:
-            reason = _last_line(done.stderr.decode(errors="replace"))
+            reason = _reason(done.stderr.decode(errors="replace"))
             raise BackendError(f"Could not {what}: {reason}" if what else reason)
         return done.stdout
 
 
-def _last_line(stderr: str) -> str:
+def _reason(stderr: str) -> str:
+    """git's own reason: its first fatal or error line (what follows is advice such as "Please make sure you
+    have the correct access rights / and the repository exists.", which says nothing cut to its last line)."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    text = lines[-1] if lines else "git failed"
+    reasons = [line for line in lines if line.startswith(("fatal: ", "error: "))]
+    text = (reasons or lines or ["git failed"])[0]
     return text.removeprefix("fatal: ").removeprefix("error: ")
 
 

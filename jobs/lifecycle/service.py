@@ -74,8 +74,12 @@ class JobService:
     def policy(self) -> AccessPolicy:
         return self._policy
 
-    def plan(self, text: str) -> LaunchPlan:
-        """What ``text`` would launch, with no network and no record."""
+    def parse(self, text: str) -> JobSpec:
+        """The spec ``text`` names (recipes and the grammar), with no allowlist and no git."""
+        return self._reader.parse(text)
+
+    def plan(self, text: str | JobSpec) -> LaunchPlan:
+        """What ``text`` would launch, with no record; a git REF is resolved unless the spec pins its commit."""
         spec = self._parse(text)
         check_local_paths(spec, self._settings, backend=self._backend.name)
         return self._forecasts.add_to(build_plan(
@@ -197,7 +201,7 @@ class JobService:
                 f"{verb} it from a bot with TRAINBOT_BACKEND={lineage.backend}."
             )
 
-    def _parse(self, text: str) -> JobSpec:
+    def _parse(self, text: str | JobSpec) -> JobSpec:
         return self._reader.read(text)
 
     def _lineage_id(self, spec: JobSpec) -> str:

@@ -204,3 +204,14 @@ def without_bot_arguments(hyperparameters: Mapping[str, object], *, own: bool) -
 
 def is_full_commit(value: str) -> bool:
     return bool(_SHA.fullmatch(value))
+
+
+def unpinned_git(code: str | None, commit: str | None) -> CodeSource | None:
+    """The git source whose REF a plan must still ask its host about (``git ls-remote``); None when planning
+    needs no network: no own code, an S3 tarball, a commit already pinned, or a full commit typed as the REF."""
+    if code is None or commit is not None:
+        return None
+    source = parse_code(code)
+    if not source.is_git or (source.ref is not None and is_full_commit(source.ref)):
+        return None
+    return source
