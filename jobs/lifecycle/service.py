@@ -78,6 +78,13 @@ class JobService:
         """The spec ``text`` names (recipes and the grammar), with no allowlist and no git."""
         return self._reader.parse(text)
 
+    def check(self, text: str) -> JobSpec:
+        """Everything about ``text`` that needs no network (the grammar, recipes, the code allowlist, local
+        paths): what a schedule is checked with when it is added, as its git REF is resolved at each run."""
+        spec = self._reader.check(text)
+        check_local_paths(spec, self._settings, backend=self._backend.name)
+        return spec
+
     def plan(self, text: str | JobSpec) -> LaunchPlan:
         """What ``text`` would launch, with no record; a git REF is resolved unless the spec pins its commit."""
         spec = self._parse(text)

@@ -39,6 +39,13 @@ class CommandReader:
         """The grammar with the team's recipes; no allowlist, no git (``trainbot parse``)."""
         return parse_command(text, max_instances=self.max_instances, recipes=self.recipes)
 
+    def check(self, text: str) -> JobSpec:
+        """The grammar, the recipes and the allowlist, with no git: own code's REF stays as typed."""
+        spec = self.parse(text)
+        if spec.code is not None:
+            check_allowed(spec.code, self.code_sources)
+        return spec
+
     def read(self, text_or_spec: str | JobSpec) -> JobSpec:
         """The spec to plan or launch: parsed (unless given), own code allowed and pinned."""
         spec = self.parse(text_or_spec) if isinstance(text_or_spec, str) else text_or_spec

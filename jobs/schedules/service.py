@@ -102,7 +102,9 @@ class ScheduleService:
         self.calendar.validate(cron, tz)
         if self.calendar.next_fire(cron, tz, self._clock.now()) is None:
             raise ScheduleError(f"cron={cron!r} never fires (no such date): check the day and month fields.")
-        spec = self._jobs.plan(text).spec  # as a run will read it: recipes, own code allowed and pinned
+        # As a run will read it (recipes, own code allowed), but no git: a REF is resolved afresh at each
+        # run, and asking the git host here could outlast a chat's 3-second acknowledgement.
+        spec = self._jobs.check(text)
         self._policy.check_can_use(actor)
         now = self._clock.now()
         values = dict(name=name, cron=cron, tz=tz, text=text, channel=channel, created_by=actor.user_id,

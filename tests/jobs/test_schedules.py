@@ -11,16 +11,19 @@ from typing import Any
 import pytest
 
 from bot.scheduler import ApsCronCalendar
+from jobs.backends.code_sources import GitCodeSources
 from jobs.clock import FakeClock
 from jobs.errors import InvalidState, NotFound, PermissionDenied, ScheduleError, SpecError
 from jobs.lifecycle import state as st
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.state import LineageStatus
+from jobs.planning.reader import CommandReader
 from jobs.records import Actor
 from jobs.schedules.service import ScheduleService, parse_add_text
 from jobs.settings import Settings
 from jobs.store.store import Lineage, Store
 from tests.jobs.fakes import ScriptedBackend
+from tests.support.git_repos import make_repo
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 BOB = Actor("U_BOB", channel_id="C_ML", via="slack")
@@ -203,6 +206,35 @@ def test_run_now_launches_for_the_person_and_refuses_while_one_runs(world: World
     assert world.schedules.run_now("nightly", actor=BOB).id != lineage.id
     with pytest.raises(NotFound):
         world.schedules.run_now("nope", actor=BOB)
+
+
+def test_own_code_is_allowed_when_added_and_pinned_afresh_at_each_run(database_url: str, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "git")
+    first = repo.commit({"train.py": "print('v1')\n"})
+    world = make_world(database_url)
+    reader = CommandReader.of(max_instances=16, code_sources=(repo.url,), resolver=GitCodeSources(tmp_path / "home"))
+    world.jobs = JobService(store=world.store, backend=world.backend, clock=world.clock, reader=reader,
+                            settings=Settings(trainbot_bucket="bkt"))
+    world.schedules = ScheduleService(store=world.store, jobs=world.jobs, calendar=ApsCronCalendar(),
+                                      settings=Settings(trainbot_bucket="bkt"), clock=world.clock)
+    own = f"model=bert-base-uncased dataset=custom code=git+{repo.url}@main entry=train.py"
+    with pytest.raises(SpecError, match="TRAINBOT_CODE_SOURCES"):
+        world.schedules.add("elsewhere", "0 2 * * *", "UTC", own.replace(repo.url, "https://example.com/r.git"),
+                            actor=ALICE, channel="C_ML")
+    # No git when it is added (a chat waits 3 s for its answer): a branch that does not exist yet is taken,
+    # and its run says what is wrong.
+    world.schedules.add("later", "0 3 * * *", "UTC", own.replace("@main", "@not-yet"), actor=ALICE, channel="C_ML")
+    assert world.schedules.fire("later", NIGHTLY).outcome == "failed"
+    assert "not-yet" in world.schedules.get("later").last_result
+
+    world.schedules.add("nightly", "0 2 * * *", "UTC", own, actor=ALICE, channel="C_ML")
+    monday = world.schedules.fire("nightly", NIGHTLY).lineage
+    assert monday is not None and monday.spec.code_commit == first
+    finish(world, monday, {})
+    second = repo.commit({"train.py": "print('v2')\n"})
+    world.clock.advance(86400)
+    tuesday = world.schedules.fire("nightly", NIGHTLY + timedelta(days=1)).lineage
+    assert tuesday is not None and tuesday.spec.code_commit == second != first
 
 
 # -- comparing with yesterday -----------------------------------------------------------------------------
