@@ -15,7 +15,7 @@ import qa_postprocess
 import script_arguments
 import train_classification
 
-from jobs.planning.plan import METRIC_DEFINITIONS, PROGRESS_DEFINITIONS, parse_metric_line
+from jobs.planning.metrics import METRIC_DEFINITIONS, PROGRESS_DEFINITIONS, parse_metric_line
 from tests.training.conftest import run_script, script_env
 
 
