@@ -55,7 +55,8 @@ def _arrange(jobs: int, home: Path) -> tuple[Any, list[str]]:
     from jobs.planning.forecast import forecast
     from jobs.planning.grammar import parse_command
     from jobs.planning.plan import checkpoint_uri
-    from jobs.records import Actor, AttemptStatus, LineageStatus
+    from jobs.lifecycle import state as st
+    from jobs.records import Actor
     from jobs.store.runs import RunHistory
     from jobs.store.store import Store
 
@@ -72,8 +73,8 @@ def _arrange(jobs: int, home: Path) -> tuple[Any, list[str]]:
                              checkpoint_uri=checkpoint_uri(BUCKET, lineage_id), actor=Actor("U1"),
                              estimated_usd=1.0)
         store.add_attempt(lineage_id, number=1, instance_type=spec.instance_type, spot=spec.spot)
-        store.transition_attempt(f"{lineage_id}-1", [AttemptStatus.LAUNCHING], AttemptStatus.RUNNING)
-        store.transition_lineage(lineage_id, [LineageStatus.PENDING], LineageStatus.RUNNING)
+        store.transition_attempt(f"{lineage_id}-1", st.ATTEMPT_CONFIRMED)
+        store.transition_lineage(lineage_id, st.CONFIRM_LAUNCH)
         runs.record_launch(lineage_id, "sagemaker", spec, planned)
         names.append(f"{lineage_id}-1")
     return store, names
