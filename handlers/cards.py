@@ -259,9 +259,11 @@ def report_blocks(lineage_id: str, report: dict[str, Any], summary: str) -> list
     next to what it took, cost and savings, links; the trainer's internals last, in small print."""
     body: list[bk.Block] = [bk.header(texts.REPORT_TITLE.format(lineage=lineage_id)), bk.section(bk.escape(summary))]
     headline = report.get("headline") or {}
-    if isinstance(headline, dict) and headline:
+    # A team's own script has no task headline: its metrics lead, as they came.
+    leading = headline if isinstance(headline, dict) and headline else report.get("metrics") or {}
+    if isinstance(leading, dict) and leading:
         body.append(bk.section(f"*{texts.REPORT_METRICS}*"))
-        body += bk.fields(list((bk.escape(str(k)), _number(v)) for k, v in headline.items())[: 2 * bk.MAX_FIELDS])
+        body += bk.fields(list((bk.escape(str(k)), _number(v)) for k, v in leading.items())[: 2 * bk.MAX_FIELDS])
     pairs = _cost_pairs(report)
     if report.get("forecast_vs_actual"):
         pairs.insert(0, (texts.REPORT_FORECAST, bk.escape(str(report["forecast_vs_actual"]))))

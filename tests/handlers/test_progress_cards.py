@@ -97,3 +97,16 @@ def test_the_final_report_leads_with_the_task_and_folds_the_trainer() -> None:
     assert metrics_at < forecast_at < folded_at == len(blocks) - 1
     assert blocks[folded_at]["type"] == "context"  # small print, last
     assert "total_flos" not in "".join(sections[:folded_at])
+
+
+def test_an_own_scripts_report_leads_with_its_own_metrics() -> None:
+    report = {
+        "lineage_id": "own-1", "status": "completed", "task": None,
+        "metrics": {"bleu": 31.5, "eval_loss": 0.82}, "headline": {}, "details": {},
+        "cost_usd": 3.1, "on_demand_usd": 3.1, "spot_savings": None, "training_seconds": 600, "attempts": [{}],
+        "links": {}, "code": "https://git.example/team/mt@0123456 (main)",
+    }
+    blocks = cards.report_blocks("own-1", report, "own-1 completed, cost $3.10.")
+    walk_limits(blocks)
+    text = json.dumps(blocks, ensure_ascii=False)
+    assert "bleu" in text and "31.5" in text and "eval_loss" in text
