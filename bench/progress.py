@@ -52,10 +52,10 @@ class Requests:
 def _arrange(jobs: int, home: Path) -> tuple[Any, list[str]]:
     """One RUNNING lineage per job, with its launch forecast; returns the store and the job names."""
     from jobs.clock import SystemClock
+    from jobs.lifecycle import state as st
     from jobs.planning.forecast import forecast
     from jobs.planning.grammar import parse_command
     from jobs.planning.plan import checkpoint_uri
-    from jobs.lifecycle import state as st
     from jobs.records import Actor
     from jobs.store.runs import RunHistory
     from jobs.store.store import Store
