@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from contextlib import AbstractContextManager
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Engine, MetaData, insert, select, update
@@ -23,14 +22,14 @@ from jobs.lifecycle.state import ATTEMPT_MOVES, LINEAGE_MOVES, AttemptStatus, Li
 from jobs.planning.spec import JobSpec
 from jobs.records import Actor
 from jobs.store.migrate import current_revision, upgrade
+from jobs.store.outbox import Outbox
 from jobs.store.rows import Attempt, AuditEntry, Lineage, Notification, to_attempt, to_lineage
 from jobs.store.schema import attempts as t_attempts
 from jobs.store.schema import audit as t_audit
 from jobs.store.schema import lineages as t_lineages
-from jobs.store.schema import make_engine, read_transaction, write_transaction
+from jobs.store.schema import make_engine
 from jobs.store.schema import meta as t_meta
 from jobs.store.schema import metadata as _metadata
-from jobs.store.schema import outbox as t_outbox
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +43,9 @@ class DuplicateLineage(InvalidState):
     """create_lineage met an existing lineage id or request id (a race the caller resolves)."""
 
 
-class Store:
+class Store(Outbox):
+    """Lineages, attempts, the audit trail and meta here; the outbox's methods come from `Outbox`."""
+
     def __init__(self, url: str, *, clock: Clock) -> None:
         self._clock = clock
         self._engine = make_engine(url)
@@ -60,14 +61,6 @@ class Store:
 
     def dispose(self) -> None:
         self._engine.dispose()
-
-    # -- transactions -----------------------------------------------------------------------------
-
-    def _write(self) -> AbstractContextManager[Connection]:
-        return write_transaction(self._engine)
-
-    def _read(self) -> AbstractContextManager[Connection]:
-        return read_transaction(self._engine)
 
     # -- migrations -------------------------------------------------------------------------------
 
@@ -320,90 +313,6 @@ class Store:
                 for r in conn.execute(query)
             ]
 
-    # -- outbox -----------------------------------------------------------------------------------
-
-    def enqueue(
-        self,
-        *,
-        kind: str,
-        payload: dict[str, Any],
-        dedup_key: str,
-        lineage_id: str | None = None,
-        channel: str | None = None,
-    ) -> bool:
-        """Queue a chat message; False when ``dedup_key`` was queued before (delivered or not)."""
-        now = self._now()
-        values = {
-            "kind": kind,
-            "lineage_id": lineage_id,
-            "channel": channel,
-            "payload": payload,
-            "dedup_key": dedup_key,
-            "attempts": 0,
-            "next_try_at": now,
-            "created_at": now,
-            "last_error": "",
-        }
-        try:
-            with self._write() as conn:
-                conn.execute(insert(t_outbox).values(**values))
-        except IntegrityError:
-            return False
-        return True
-
-    def due_notifications(self, *, limit: int = 20, claim_seconds: float | None = None) -> list[Notification]:
-        """Undelivered messages whose next try is due, oldest first.
-
-        With `claim_seconds`, each returned message is claimed for that long (its next try moved on by a
-        guarded update), so two bot processes delivering from one store never post the same message; a
-        claimer that dies leaves it due again once the claim runs out, so nothing is dropped."""
-        now = self._now()
-        query = (
-            select(t_outbox)
-            .where(t_outbox.c.delivered_at.is_(None), t_outbox.c.next_try_at <= now)
-            .order_by(t_outbox.c.next_try_at, t_outbox.c.id)
-            .limit(limit)
-        )
-        with self._read() as conn:
-            rows = conn.execute(query).all()
-        if claim_seconds is not None:
-            rows = [r for r in rows if self._claim(r.id, r.next_try_at, now + timedelta(seconds=claim_seconds))]
-        return [
-            Notification(
-                r.id, r.kind, r.lineage_id, r.channel, dict(r.payload), r.dedup_key, r.attempts,
-                r.next_try_at, r.created_at,
-            )
-            for r in rows
-        ]
-
-    def _claim(self, notification_id: int, seen_next_try: datetime, until: datetime) -> bool:
-        stmt = (
-            update(t_outbox)
-            .where(
-                t_outbox.c.id == notification_id,
-                t_outbox.c.delivered_at.is_(None),
-                t_outbox.c.next_try_at == seen_next_try,
-            )
-            .values(next_try_at=until)
-        )
-        with self._write() as conn:
-            return conn.execute(stmt).rowcount == 1
-
-    def mark_delivered(self, notification_id: int) -> None:
-        stmt = update(t_outbox).where(t_outbox.c.id == notification_id).values(delivered_at=self._now())
-        with self._write() as conn:
-            conn.execute(stmt)
-
-    def defer(self, notification_id: int, *, until: datetime, error: str) -> None:
-        """Try again at ``until``; ``error`` is kept (shortened) for the operator."""
-        stmt = (
-            update(t_outbox)
-            .where(t_outbox.c.id == notification_id)
-            .values(attempts=t_outbox.c.attempts + 1, next_try_at=until, last_error=error[:1000])
-        )
-        with self._write() as conn:
-            conn.execute(stmt)
-
     # -- meta -------------------------------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
@@ -420,9 +329,6 @@ class Store:
                 conn.execute(update(t_meta).where(t_meta.c.key == key).values(value=value))
 
     # -- helpers ----------------------------------------------------------------------------------
-
-    def _now(self) -> datetime:
-        return self._clock.now()
 
     def _settable(self, table: Any, fields: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(fields) - {c.name for c in table.columns} | (set(fields) & _FIXED)
