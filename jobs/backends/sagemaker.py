@@ -13,7 +13,7 @@ import logging
 import re
 import tempfile
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -32,6 +32,7 @@ from jobs.backends.aws_errors import (
 from jobs.backends.aws_errors import not_found as job_not_found
 from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
 from jobs.backends.sagemaker_progress import ProgressReader
+from jobs.backends.sagemaker_records import aware_utc, job_summary, remote_job
 from jobs.backends.sagemaker_session import (
     MAX_ATTEMPTS,
     build_sdk_session,
@@ -50,8 +51,6 @@ from jobs.records import (
     MetricSeries,
     Progress,
     RemoteJob,
-    RemoteStatus,
-    StatusTransition,
 )
 from jobs.settings import Settings
 
@@ -214,7 +213,7 @@ class SageMakerBackend:
         found: list[JobSummary] = []
         with aws_errors(self._ctx("list training jobs", self._sm)):
             for page in self._sm.get_paginator("list_training_jobs").paginate(**request):
-                found.extend(_summary(row) for row in page.get("TrainingJobSummaries", []))
+                found.extend(job_summary(row) for row in page.get("TrainingJobSummaries", []))
         return found
 
     def stop(self, job_name: str) -> None:
@@ -395,71 +394,6 @@ def _metric_query(query_id: str, name: str, job_name: str) -> dict[str, Any]:
     }
 
 
-def _aware(value: datetime) -> datetime:
-    """botocore parses timestamps into local time; the core keeps aware UTC."""
-    return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
-
-
 def _seconds_since(start: datetime, at: datetime) -> float:
     # CloudWatch stamps each point with the start of its 60 s period, which may precede the start.
-    return max(0.0, (_aware(at) - _aware(start)).total_seconds())
-
-
-def _maybe_aware(value: Any) -> datetime | None:
-    return _aware(value) if isinstance(value, datetime) else None
-
-
-def _status(value: Any) -> RemoteStatus:
-    try:
-        return RemoteStatus(str(value))
-    except ValueError:
-        logger.warning("unknown TrainingJobStatus %r; treated as InProgress", value)
-        return RemoteStatus.IN_PROGRESS
-
-
-def _transition(row: dict[str, Any]) -> StatusTransition:
-    return StatusTransition(
-        status=str(row.get("Status", "")),
-        start=_maybe_aware(row.get("StartTime")),
-        end=_maybe_aware(row.get("EndTime")),
-        message=str(row.get("StatusMessage", "")),
-    )
-
-
-def _optional_int(value: Any) -> int | None:
-    return int(value) if value is not None else None
-
-
-def remote_job(response: dict[str, Any]) -> RemoteJob:
-    """DescribeTrainingJob's answer as a plain record."""
-    resources = response.get("ResourceConfig", {})
-    return RemoteJob(
-        name=str(response["TrainingJobName"]),
-        status=_status(response.get("TrainingJobStatus")),
-        secondary_status=str(response.get("SecondaryStatus", "")),
-        transitions=tuple(_transition(row) for row in response.get("SecondaryStatusTransitions", [])),
-        failure_reason=str(response.get("FailureReason", "")),
-        billable_seconds=_optional_int(response.get("BillableTimeInSeconds")),
-        training_seconds=_optional_int(response.get("TrainingTimeInSeconds")),
-        final_metrics={
-            str(row["MetricName"]): float(row["Value"])
-            for row in response.get("FinalMetricDataList", [])
-            if "MetricName" in row and "Value" in row
-        },
-        model_artifacts=response.get("ModelArtifacts", {}).get("S3ModelArtifacts"),
-        instance_type=str(resources.get("InstanceType", "")),
-        instance_count=int(resources.get("InstanceCount", 1)),
-        spot=bool(response.get("EnableManagedSpotTraining", False)),
-        created_at=_maybe_aware(response.get("CreationTime")),
-        started_at=_maybe_aware(response.get("TrainingStartTime")),
-        ended_at=_maybe_aware(response.get("TrainingEndTime")),
-        last_modified=_maybe_aware(response.get("LastModifiedTime")),
-    )
-
-
-def _summary(row: dict[str, Any]) -> JobSummary:
-    return JobSummary(
-        name=str(row["TrainingJobName"]),
-        status=_status(row.get("TrainingJobStatus")),
-        last_modified=_maybe_aware(row.get("LastModifiedTime")),
-    )
+    return max(0.0, (aware_utc(at) - aware_utc(start)).total_seconds())
