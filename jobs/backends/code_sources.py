@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jobs.backends.file_lock import exclusive_lock
 from jobs.errors import BackendError, SpecError
+from jobs.file_lock import exclusive_lock
 from jobs.planning.own_code import USER_ENTRY_ENV, display, is_full_commit
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from jobs.backends.file_lock import exclusive_lock
+from jobs.file_lock import exclusive_lock
 from jobs.records import Progress
 
 _DATETIME_FIELDS = {

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.backends.file_lock import exclusive_lock
+from jobs.file_lock import exclusive_lock
 
 logger = logging.getLogger(__name__)
 

@@ -27,6 +27,7 @@ from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import OperationalError
 
 from jobs.errors import ConfigError
+from jobs.file_lock import exclusive_lock
 from jobs.store.schema import UTCDateTime, full_metadata, make_engine, write_transaction
 
 if TYPE_CHECKING:
@@ -171,15 +172,8 @@ def _sqlite_file_lock(engine: Engine) -> Iterator[None]:
     if database in ("", ":memory:") or database.startswith("file:"):
         yield  # private to this process
         return
-    import fcntl  # POSIX; the bot runs on Linux and macOS
-
-    lock_path = Path(database).expanduser().with_name(Path(database).name + ".migrate-lock")
-    with lock_path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    with exclusive_lock(Path(database).expanduser().with_name(Path(database).name + ".migrate-lock")):
+        yield
 
 
 @contextmanager
