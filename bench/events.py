@@ -19,8 +19,6 @@ CreateTrainingJob) is the same in both; bench/launch.py breaks it down.
 
 from __future__ import annotations
 
-import argparse
-import logging
 import statistics
 import sys
 import tempfile
@@ -31,7 +29,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loopback_aws import BUCKET, ROLE_ARN, start_moto  # bench/ is the script's sys.path[0]
+from loopback_aws import (  # bench/ is the script's sys.path[0]
+    BUCKET,
+    ROLE_ARN,
+    jobs_parser,
+    quiet_libraries,
+    start_moto,
+)
 from watcher import PLAN_TEXT, Requests, _arrange
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -172,10 +176,8 @@ def _report(pushed: list[float], spent: Counter[str], cycles: list[float], poll_
 
 
 def main() -> None:
-    for noisy in ("werkzeug", "sagemaker", "botocore", "jobs", "bot"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--jobs", type=int, default=1000)
+    quiet_libraries("bot")
+    parser = jobs_parser(__doc__)
     parser.add_argument("--changes", type=int, default=100)
     parser.add_argument("--poll-changes", type=int, default=20)
     args = parser.parse_args()

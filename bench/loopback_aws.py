@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
@@ -45,3 +46,16 @@ def start_moto() -> Any:
     boto3.client("s3").create_bucket(Bucket=BUCKET)
     boto3.client("iam").create_role(RoleName=ROLE_NAME, AssumeRolePolicyDocument=json.dumps(_TRUST))
     return server
+
+
+def quiet_libraries(*more: str) -> None:
+    """Keep the figures readable: the server's, the SDK's and the bot's INFO lines off."""
+    for noisy in ("werkzeug", "sagemaker", "botocore", "jobs", *more):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def jobs_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The benchmarks' command line: ``--jobs N`` (default 1000) running jobs to arrange."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
+    parser.add_argument("--jobs", type=int, default=1000)
+    return parser

@@ -16,9 +16,7 @@ LastModifiedTimeAfter, so its list costs ceil(jobs / 100) requests where SageMak
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import sys
 import tempfile
 import time
@@ -26,7 +24,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from loopback_aws import BUCKET, ROLE_ARN, start_moto  # bench/ is the script's sys.path[0]
+from loopback_aws import (  # bench/ is the script's sys.path[0]
+    BUCKET,
+    ROLE_ARN,
+    jobs_parser,
+    quiet_libraries,
+    start_moto,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -182,12 +186,8 @@ def run(jobs: int) -> None:
 
 
 def main() -> None:
-    for noisy in ("werkzeug", "sagemaker", "botocore", "jobs"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--jobs", type=int, default=1000)
-    args = parser.parse_args()
-    run(args.jobs)
+    quiet_libraries()
+    run(jobs_parser(__doc__).parse_args().jobs)
 
 
 if __name__ == "__main__":
