@@ -1,4 +1,5 @@
-"""The port every training backend implements: SageMaker, the local runner, test doubles.
+"""The port every training backend implements (SageMaker, the local runner, test doubles), and the port of
+what a backend that simulates spot capacity offers besides (the local backend).
 
 Backends translate; they decide nothing. Recovery decisions live in `jobs.lifecycle.recovery`.
 """
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob
 
@@ -58,4 +59,37 @@ class TrainingBackend(Protocol):
     def forecast_target(self, plan: LaunchPlan) -> ForecastTarget | None:
         """The work and hardware of the run this backend makes of the plan, where it departs from the plan
         (the local backend's scaled-down run on this machine); None when it runs the plan as is."""
+        ...
+
+
+@runtime_checkable
+class SimulatedSpot(Protocol):
+    """What a backend that simulates spot capacity offers beside the TrainingBackend port (the local backend
+    does; on SageMaker, AWS takes capacity and nobody asks for it): a reclaim on request, and what a job's
+    own log says of its progress and its checkpoints (where it resumed from reaches everyone through
+    RemoteJob, as on SageMaker). The console's reclaims and progress lines use it; bot/wiring.py says whether the backend it built is one."""
+
+    def take_capacity(self, job_name: str) -> None:
+        """Reclaim the running spot job's capacity as SageMaker's image lives it (its processes die with no
+        signal the script sees); it ends Stopped / MaxWaitTimeExceeded. InvalidState for a job that is not
+        a running spot job."""
+        ...
+
+    def job_progress(self, job_name: str) -> dict[str, float | int] | None:
+        """The job's last progress line ({"step", "max_steps", "loss", "eta_s"}); None before its first.
+        NotFound while the job has no folder yet (launching)."""
+        ...
+
+    def saved_checkpoint(self, job_name: str) -> bool:
+        """Whether the job has a whole checkpoint on disk (a reclaim then costs only the steps after it)."""
+        ...
+
+
+@runtime_checkable
+class OwnCodeGate(Protocol):
+    """A backend that can refuse a team's own code (code=) outright: the local backend where its sandbox is
+    not working (serve and the CLI run own code only sandboxed). The command reader asks it before any git."""
+
+    def own_code_refusal(self) -> str | None:
+        """The sentence own code is refused with here, or None where it may run."""
         ...

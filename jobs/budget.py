@@ -12,11 +12,10 @@ from datetime import datetime, time, timezone
 from jobs.clock import Clock
 from jobs.endpoints.store import Endpoint, EndpointStore
 from jobs.errors import BudgetExceeded
-from jobs.lifecycle.state import AttemptStatus
+from jobs.lineage import Attempt, AttemptStatus
 from jobs.planning.pricing import attempt_worst_case_usd, cost_of, usd
 from jobs.planning.spec import JobSpec
 from jobs.settings import Settings
-from jobs.store.rows import Attempt
 from jobs.store.store import Store
 
 SECONDS_PER_HOUR = 3600.0

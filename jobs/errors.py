@@ -9,7 +9,8 @@ from __future__ import annotations
 class TrainbotError(Exception):
     """Base of every error the bot reports to a person."""
 
-    #: CLI exit status: 2 means the input was wrong, 1 anything else.
+    #: CLI exit status: 2 means the request was refused (bad input, a permission, a cap, the wrong state),
+    #: 1 that something failed (the backend, the network, the bot's configuration).
     exit_code = 1
 
     def __init__(self, message: str) -> None:
@@ -27,7 +28,12 @@ class BadInput(TrainbotError):
 
 
 class SpecError(BadInput):
-    """A /train command or job spec that does not validate."""
+    """A /train command or job spec that does not validate; ``field`` names the JobSpec field the sentence is
+    about, where one is (a form shows the sentence under that field)."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class ScheduleError(BadInput):
@@ -38,15 +44,26 @@ class NotFound(BadInput):
     """An unknown job, lineage, endpoint or schedule."""
 
 
-class PermissionDenied(TrainbotError):
+class Refused(TrainbotError):
+    """The bot will not do this as asked (a permission, a cap, a per-user limit, the thing's state): nothing
+    failed, so it is exit 2 like bad input, on every CLI command."""
+
+    exit_code = 2
+
+
+class PermissionDenied(Refused):
     """The person may not do this here (user, channel or ownership rules)."""
 
 
-class BudgetExceeded(TrainbotError):
-    """The job or the day would cost more than the configured cap."""
+class BudgetExceeded(Refused):
+    """The job, the endpoint or the day would cost more than the configured cap."""
 
 
-class InvalidState(TrainbotError):
+class LimitReached(Refused):
+    """A per-user limit (schedules, subscriptions, recipes) is reached."""
+
+
+class InvalidState(Refused):
     """The thing exists but is in the wrong state (deploying an unfinished job, stopping an ended one)."""
 
 

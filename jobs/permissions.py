@@ -4,7 +4,10 @@ button and modal against check_can_use and audits refusals; the services check a
 - TRAINBOT_ALLOWED_USERS: user IDs (U..., W...) and user-group IDs (S..., matched against Actor.groups).
 - TRAINBOT_ALLOWED_CHANNELS: channel IDs (C..., G..., D...).
 - TRAINBOT_ADMINS: user or user-group IDs; admins pass every rule.
-An empty list means everyone. Only the launcher or an admin may manage (stop, deploy) a lineage.
+An empty list means everyone of the bot's own organization. A person from another organization (a Slack
+Connect channel shares the bot's cards with them) is let in only where TRAINBOT_ALLOWED_USERS or
+TRAINBOT_ADMINS names their own ID. Only the launcher or an admin may manage (stop, deploy) a lineage; only an
+endpoint's owner (who deployed it) or an admin may promote into it or roll it back.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from jobs.records import Actor
 from jobs.settings import Settings
 
 if TYPE_CHECKING:
-    from jobs.store.store import Lineage
+    from jobs.lineage import Lineage
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,13 @@ class AccessPolicy:
 
     def check_can_use(self, actor: Actor) -> None:
         """PermissionDenied unless the actor's user (or a group of theirs) and channel are allowed."""
+        if actor.external and actor.user_id not in self.allowed_users | self.admins:
+            log.info("refused %s: from another organization", actor.user_id)
+            raise PermissionDenied(
+                f"You ({actor.user_id}) are from another organization: trainbot takes commands and buttons "
+                "only from its own organization's members, unless an admin adds your ID to "
+                f"TRAINBOT_ALLOWED_USERS ({self._admin_names()})."
+            )
         if self.is_admin(actor):
             return
         if self.allowed_users and not _matches(actor, self.allowed_users):
@@ -73,6 +83,16 @@ class AccessPolicy:
         raise PermissionDenied(
             f"Only the person who launched {lineage.id} ({lineage.launched_by}) or an admin "
             f"({self._admin_names()}) may {verb} it; ask one of them."
+        )
+
+    def check_owns_endpoint(self, actor: Actor, endpoint: str, owner: str, *, verb: str) -> None:
+        """PermissionDenied unless the actor deployed the endpoint (its owner) or is an admin."""
+        if actor.user_id == owner or self.is_admin(actor):
+            return
+        log.info("refused %s: %s endpoint %s (owned by %s)", actor.user_id, verb, endpoint, owner)
+        raise PermissionDenied(
+            f"Only the owner of endpoint {endpoint} ({owner}, who deployed it) or an admin "
+            f"({self._admin_names()}) may {verb}; ask one of them."
         )
 
     def _channel_allowed(self, actor: Actor) -> bool:

@@ -1,7 +1,8 @@
-"""Plain records the core passes around: lineages, attempts, and what a backend reports.
+"""Plain records that cross the TrainingBackend port, and who asked: what a backend reports of a job
+(RemoteStatus, RemoteJob with its StatusTransitions, Progress, JobSummary, MetricPoint and MetricSeries,
+all in SageMaker's vocabulary, which the local backend speaks too) and the Actor behind a command.
 
-A *lineage* is what a person launched (one `/train`); an *attempt* is one backend job of it.
-Spot recovery adds attempts to the same lineage, all sharing one checkpoint URI.
+Lineages and attempts, the domain's own records, are in jobs/lineage.py.
 """
 
 from __future__ import annotations
@@ -88,6 +89,8 @@ class Actor:
     groups: tuple[str, ...] = ()
     via: str = "cli"
     display: str = ""
+    # From another organization than the bot's (a Slack Connect channel): let in only by their own ID.
+    external: bool = False
 
 
 @dataclass(frozen=True)

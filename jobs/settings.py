@@ -49,9 +49,15 @@ class Settings(BaseSettings):
     trainbot_max_endpoint_usd_per_hour: float | None = Field(default=None, gt=0)
     trainbot_relaunch_backoff_seconds: float = Field(default=30, ge=0)
     trainbot_max_restarts: int = Field(default=5, ge=0)
+    # Where relaunches may move a lineage (jobs.planning.fallbacks): other types with the planned accelerator
+    # count (default), also types with more (the global batch kept), or the planned type only.
+    trainbot_recovery_policy: Literal["same-count", "any-count", "same-type"] = "same-count"
     # Live progress of running jobs (step, loss, ETA, cost on their cards) is read at most this often.
     trainbot_progress_seconds: float = Field(default=60, gt=0)
     trainbot_endpoint_idle_hours: float = Field(default=24, gt=0)
+    # Completed models registered as model packages: in SageMaker's Model Registry on the SageMaker backend
+    # (and in the store); "off" keeps the records in the store only.
+    trainbot_registry: Literal["on", "off"] = "on"
     # A schedule missed while the bot was down still runs (once) if the bot is back within this.
     trainbot_schedule_grace_seconds: float = Field(default=3600, ge=0)
     # Several bots on one store: one of them runs the schedules under a lease it renews; if it dies, another
@@ -64,8 +70,20 @@ class Settings(BaseSettings):
     trainbot_local_data_dirs: PathList = ()
     # Own code (code=): the URL prefixes it may come from; empty refuses own code.
     trainbot_code_sources: IdList = ()
+    # The most one tree of own code may unpack to (a tarball, a git checkout, the packed source dir), in bytes
+    # (suffixes KB, MB, GB read as powers of 1000).
+    trainbot_code_max_bytes: int = Field(default=500_000_000, gt=0)
+    # Local jobs run in a bubblewrap sandbox: auto (when bwrap works here), bwrap (required) or off. Without
+    # one, serve and the CLI refuse own code (code=) on the local backend; the console may run it.
+    trainbot_local_sandbox: Literal["auto", "bwrap", "off"] = "auto"
     # Team recipes kept in git: a read-only YAML file of name -> /train arguments.
     trainbot_recipes_file: Path | None = None
+    # What one person may hold (admins and the CLI included), so nobody fills the store or the scheduler.
+    trainbot_max_schedules_per_user: int = Field(default=10, ge=1)
+    trainbot_max_subscriptions_per_user: int = Field(default=20, ge=1)
+    trainbot_max_recipes_per_user: int = Field(default=20, ge=1)
+    # A schedule may fire at most this often (minutes between two runs); cron="* * * * *" is refused.
+    trainbot_min_schedule_minutes: float = Field(default=60, ge=0)
 
     @field_validator("trainbot_home")
     @classmethod
@@ -88,6 +106,24 @@ class Settings(BaseSettings):
     def _split_ids(cls, value: object) -> object:
         if isinstance(value, str):
             return tuple(part.strip() for part in value.replace(";", ",").split(",") if part.strip())
+        return value
+
+    @field_validator("trainbot_code_max_bytes", mode="before")
+    @classmethod
+    def _byte_size(cls, value: object) -> object:
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kmg]?)b?\s*", value.lower())
+            if match:
+                number, unit = match.groups()
+                return int(float(number) * {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}[unit])
+        return value
+
+    @field_validator("trainbot_registry", mode="before")
+    @classmethod
+    def _on_off(cls, value: object) -> object:
+        if isinstance(value, str):
+            word = value.strip().lower()
+            return {"yes": "on", "true": "on", "1": "on", "no": "off", "false": "off", "0": "off"}.get(word, word)
         return value
 
     @field_validator("slack_api_url")
@@ -121,6 +157,10 @@ class Settings(BaseSettings):
     def uses_events(self) -> bool:
         """Events push job changes: a queue is set and the jobs run on SageMaker (it sends the events)."""
         return bool(self.trainbot_events_queue) and self.backend == "sagemaker"
+
+    @property
+    def registry_on(self) -> bool:
+        return self.trainbot_registry == "on"
 
     @property
     def local_uses_hub(self) -> bool:

@@ -1,36 +1,41 @@
-"""The one owner of a lineage's life after "launch requested": the only code with side effects from then on.
+"""The one owner of a lineage's life after "launch requested": the only code that decides, and the only code
+with side effects from then on.
 
 JobService checks a launch and records it (lineage PENDING with its approved plan, attempt 1 LAUNCHING);
-the watcher observes the backend and mirrors what it sees into the attempts. Everything else is here, and
-reads the store alone, so whatever step a dead process stopped at, the next call takes it up:
+the watcher observes the backend, records what it saw into the attempts and hands each observation here.
+Everything else is here, and reads the store alone, so whatever step a dead process stopped at, the next
+call takes it up:
 - ``start``: attempt 1's create call, then CONFIRM_LAUNCH (a refusal ends the lineage FAILED, with why);
-- ``settle`` an ended latest attempt (PENDING/RUNNING lineage): `decide`, announce, then a named move
+- ``seen``: a running attempt's change, as the watcher saw it: the lineage's launch confirmed, and the
+  notice it calls for (`decide` says Interrupted or a state line; the first sight of a relaunched attempt);
+- ``settle`` an ended latest attempt (PENDING/RUNNING lineage): `decide`, then a named move
   (COMPLETE / FAIL / STOP / GIVE_UP, or SCHEDULE_RELAUNCH with the next type, spot and due time);
 - ``settle`` a due RELAUNCHING lineage: the *stored* plan on the next type and spot, as attempt
   ``<lineage>-<n>`` (the checkpoint URI announced is the one launched, by construction); a latest attempt
   already running means the relaunch happened and only its record was cut short;
 - a relaunch whose create call was refused or raised is decided again, as if the new attempt had failed;
 - ``stop``: a person's stop.
-Announcements go first, moves second: a crash in between redoes both, and the outbox's dedup key makes it
-one message. Any other failure while carrying out a decision ends the lineage GAVE_UP with the reason,
-announced: never a lineage in a state no code leaves.
+An ending is one write: the move and its facts (why, on which attempt) in one transaction (store.endings).
+The report, the curves, the log tail, the history record and the announcement are built after it, by
+jobs/endings, and retried there: a report that cannot be drawn delays a message, never changes an ending.
+Notices of a running lineage go first, moves second: a crash in between redoes both, and the outbox's
+dedup key makes it one message. Any other failure while carrying out a decision ends the lineage GAVE_UP
+with the reason: never a lineage in a state no code leaves.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
+from jobs import lineage as moves
 from jobs.backend import TrainingBackend
 from jobs.budget import SpendLedger
 from jobs.clock import Clock
 from jobs.errors import BackendError, BackendUnavailable, CapacityError, NotFound, TrainbotError
 from jobs.lifecycle import events
-from jobs.lifecycle import state as st
 from jobs.lifecycle.cycle import CycleResult, change_key
-from jobs.lifecycle.forecasts import record_completion
+from jobs.lifecycle.forecasts import Forecasts
 from jobs.lifecycle.recovery import (
     LAUNCH_LOST,
     Decision,
@@ -42,17 +47,17 @@ from jobs.lifecycle.recovery import (
     decide,
     remote_from_attempt,
 )
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.lineage import Attempt, AttemptStatus, EndingFacts, Lineage, LineageStatus
+from jobs.planning.batch import change_words, used_batch
+from jobs.planning.forecast import Forecast
 from jobs.planning.plan import LaunchPlan, build_plan
 from jobs.records import Actor, RemoteJob, RemoteStatus
-from jobs.reporting.plots import plot_lineage
-from jobs.reporting.reports import build_report
 from jobs.settings import Settings
-from jobs.store.store import Attempt, Lineage, Store
+from jobs.store.store import Store
 
 log = logging.getLogger(__name__)
 
-_ENDING_MOVE = {events.COMPLETED: st.COMPLETE, events.FAILED: st.FAIL, events.STOPPED: st.STOP}
+_ENDING_MOVE = {events.COMPLETED: moves.COMPLETE, events.FAILED: moves.FAIL, events.STOPPED: moves.STOP}
 
 
 class Controller:
@@ -63,25 +68,23 @@ class Controller:
         clock: Clock,
         policy: RecoveryPolicy,
         ledger: SpendLedger,
-        plots_dir: Path,
     ) -> None:
         self._store = store
         self._backend = backend
         self._clock = clock
         self._policy = policy
         self._ledger = ledger
-        self._plots_dir = plots_dir
+        self._forecasts = Forecasts(store, backend, clock)
 
     @classmethod
     def from_settings(
         cls, store: Store, backend: TrainingBackend, clock: Clock, settings: Settings,
-        *, policy: RecoveryPolicy | None = None, plots_dir: Path | None = None,
+        *, policy: RecoveryPolicy | None = None,
     ) -> Controller:
         return cls(
             store, backend, clock,
             policy or RecoveryPolicy.from_settings(settings),
             SpendLedger.from_settings(store, clock, settings),
-            plots_dir or settings.trainbot_home / "plots",
         )
 
     # -- the first attempt and a person's stop ----------------------------------------------------
@@ -94,16 +97,17 @@ class Controller:
             self._backend.launch(job_name, plan)
         except Exception as exc:
             reason = _launch_error_text(exc)
-            self._store.transition_attempt(job_name, st.ATTEMPT_NOT_LAUNCHED, failure_reason=reason)
-            self._store.transition_lineage(lineage.id, st.FAIL)
+            self._store.transition_attempt(job_name, moves.ATTEMPT_NOT_LAUNCHED, failure_reason=reason)
+            ending = EndingFacts(job_name, reason, {"told_directly": True})  # the caller hears it, raised
+            self._store.transition_lineage(lineage.id, moves.FAIL, ending=ending)
             self._store.audit(actor, "launch.failed", lineage.id, {"job_name": job_name, "reason": reason})
             if isinstance(exc, TrainbotError):
                 raise
             log.exception("launch of %s raised", job_name)
             raise BackendError(f"The launch of {lineage.id} failed: {reason}") from None
         # Guarded: the watcher may have confirmed it already; either way it is running now.
-        self._store.transition_attempt(job_name, st.ATTEMPT_CONFIRMED)
-        if not self._store.transition_lineage(lineage.id, st.CONFIRM_LAUNCH):
+        self._store.transition_attempt(job_name, moves.ATTEMPT_CONFIRMED)
+        if not self._store.transition_lineage(lineage.id, moves.CONFIRM_LAUNCH):
             self._stop_if_ended(lineage.id, job_name)
         log.info("launched %s as %s", lineage.id, job_name)
         return self._store.get_lineage(lineage.id)
@@ -116,10 +120,51 @@ class Controller:
                 self._backend.stop(latest.job_name)
             except NotFound:
                 log.info("%s has no backend job to stop (its launch never went through)", latest.job_name)
-        if not self._store.transition_lineage(lineage.id, st.STOP):
+        who = actor.display or actor.user_id
+        ending = EndingFacts(latest.job_name if latest else None, f"stopped by {who}",
+                             {"announce_key": f"{lineage.id}:stopped", "stopped_by": who})
+        if not self._store.transition_lineage(lineage.id, moves.STOP, ending=ending):
             return False
         self._store.audit(actor, "stop", lineage.id, {"job_name": latest.job_name if latest else None})
         return True
+
+    # -- what the watcher saw ---------------------------------------------------------------------
+
+    def seen(self, attempt: Attempt, remote: RemoteJob, cycle: CycleResult) -> None:
+        """The watcher saw ``remote``, a change of the running ``attempt`` (its fields are the last ones seen),
+        and is about to record it: confirm the lineage's launch and queue the notice the change calls for."""
+        lineage = self._store.get_lineage(attempt.lineage_id)
+        if attempt.status is AttemptStatus.LAUNCHING:
+            # The launch went through; its record did not (a crash, or another thread is just finishing).
+            self._store.transition_lineage(lineage.id, moves.CONFIRM_LAUNCH)
+        if remote.resumed_from_step is not None and attempt.resumed_from_step is None:
+            self._announce_resumed(lineage, attempt, remote, cycle)
+        if (remote.status.value, remote.secondary_status) == (attempt.remote_status, attempt.secondary_status):
+            return
+        if not attempt.remote_status and attempt.number > 1:
+            self._announce_relaunched(lineage, attempt, None, cycle)
+        if remote.status.is_terminal():
+            return  # the ending is announced after the decision that settles it
+        decision = decide(lineage, attempt, remote, self._policy, self._clock.now())
+        if isinstance(decision, Notify) and decision.kind == events.INTERRUPTED:
+            payload = events.interrupted(lineage.id, attempt.job_name, attempt.instance_type)
+        else:
+            payload = events.state_line(lineage.id, attempt.job_name, remote.status.value, remote.secondary_status)
+        self._enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
+
+    def _announce_resumed(self, lineage: Lineage, attempt: Attempt, remote: RemoteJob, cycle: CycleResult) -> None:
+        """Once an attempt's log says which checkpoint it resumed from, the thread hears it (once: the key)."""
+        payload = events.resumed(lineage.id, attempt.job_name, step=remote.resumed_from_step or 0,
+                                 redone=remote.steps_redone, checkpoint_uri=lineage.checkpoint_uri)
+        self._enqueue(lineage, payload, f"{attempt.job_name}:resumed", cycle)
+
+    def ended(self, attempt: Attempt, cycle: CycleResult) -> None:
+        """The watcher recorded ``attempt``'s ending: settle its lineage now rather than in the sweep, so
+        detection to relaunch stays milliseconds however many lineages the sweep reads (the sweep still
+        catches it if this process dies right here). A lineage a person stopped has ended already."""
+        lineage = self._store.get_lineage(attempt.lineage_id)
+        if not lineage.status.is_terminal():
+            self.settle(lineage, cycle)
 
     # -- settling ---------------------------------------------------------------------------------
 
@@ -159,23 +204,27 @@ class Controller:
         self, lineage: Lineage, attempt: Attempt, remote: RemoteJob, decision: Decision, cycle: CycleResult,
         *, relaunching: bool,
     ) -> None:
-        # Announce first, then move: a crash in between redoes both, and the dedup key makes it one message.
         if isinstance(decision, Relaunch):
             self._schedule_relaunch(lineage, attempt, remote, decision, cycle, relaunching=relaunching)
         elif isinstance(decision, GiveUp):
             self._give_up(lineage, attempt, decision.reason, cycle)
         elif isinstance(decision, Notify) and decision.kind in _ENDING_MOVE:
-            payload = self._ending_payload(lineage, attempt, decision)
-            self.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
-            self._move(lineage, _ENDING_MOVE[decision.kind], cycle)
+            facts = EndingFacts(attempt.job_name, decision.reason,
+                                {"announce_key": change_key(attempt.job_name, remote)})
+            self._end(lineage, _ENDING_MOVE[decision.kind], facts, cycle)
 
     def _give_up(self, lineage: Lineage, attempt: Attempt, reason: str, cycle: CycleResult) -> None:
-        payload = events.gave_up(lineage.id, attempt.job_name, reason, len(lineage.attempts))
-        self.enqueue(lineage, payload, f"{lineage.id}:gave_up", cycle)
-        self._move(lineage, st.GIVE_UP, cycle)
+        facts = EndingFacts(attempt.job_name, reason,
+                            {"announce_key": f"{lineage.id}:gave_up", "attempts": len(lineage.attempts)})
+        self._end(lineage, moves.GIVE_UP, facts, cycle)
+
+    def _end(self, lineage: Lineage, move: moves.Move[LineageStatus], facts: EndingFacts, cycle: CycleResult) -> None:
+        """The move and the ending's facts, in one write; what follows an ending is jobs/endings' work."""
+        if self._store.transition_lineage(lineage.id, move, ending=facts, next_relaunch_at=None):
+            cycle.actions.append(f"{lineage.id}: {move.target.value}")
 
     def _end_after_fault(self, lineage: Lineage, exc: Exception, cycle: CycleResult) -> None:
-        """The bot itself could not carry on with this lineage: say so and end it, so no cycle retries it forever."""
+        """The bot itself could not carry on with this lineage: end it, with why, so no cycle retries it forever."""
         reason = f"trainbot could not carry on with it ({_launch_error_text(exc)})"
         fresh = self._store.get_lineage(lineage.id)
         latest = fresh.latest_attempt
@@ -185,38 +234,19 @@ class Controller:
             return
         self._give_up(fresh, latest, reason, cycle)
 
-    def _ending_payload(self, lineage: Lineage, attempt: Attempt, decision: Notify) -> dict[str, Any]:
-        if decision.kind == events.COMPLETED:
-            ended = replace(lineage, status=LineageStatus.COMPLETED)
-            report = build_report(ended, self._backend, now=self._clock.now())
-            report = record_completion(self._store, self._clock, ended, report)  # teaches later forecasts
-            png = plot_lineage(ended, self._backend, self._plots_dir / f"{lineage.id}.png")
-            return events.completed(lineage.id, attempt.job_name, report.to_json(), str(png) if png else None)
-        if decision.kind == events.FAILED:
-            return events.failed(lineage.id, attempt.job_name, decision.reason, self._log_tail(attempt))
-        return events.stopped(lineage.id, attempt.job_name, decision.reason)
-
-    def _log_tail(self, attempt: Attempt) -> list[str]:
-        if attempt.status is AttemptStatus.LAUNCH_FAILED:
-            return []
-        try:
-            return self._backend.log_tail(attempt.job_name, events.LOG_TAIL_LINES)
-        except BackendError as exc:  # the reason alone still tells the story
-            log.warning("no log tail for %s: %s", attempt.job_name, exc)
-            return []
-
     # -- relaunching ------------------------------------------------------------------------------
 
     def _schedule_relaunch(
         self, lineage: Lineage, attempt: Attempt, remote: RemoteJob, decision: Relaunch, cycle: CycleResult,
         *, relaunching: bool,
     ) -> None:
+        change = change_words(decision.planned, decision.batch) if decision.batch and decision.planned else ""
         note = events.relaunch_scheduled_note(decision.reason, decision.instance_type, decision.spot,
-                                              decision.backoff_seconds)
+                                              decision.backoff_seconds, change)
         payload = events.state_line(lineage.id, attempt.job_name, remote.status.value, remote.secondary_status,
                                     note=note)
-        self.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
-        move = st.RESCHEDULE_RELAUNCH if relaunching else st.SCHEDULE_RELAUNCH
+        self._enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
+        move = moves.RESCHEDULE_RELAUNCH if relaunching else moves.SCHEDULE_RELAUNCH
         won = self._store.transition_lineage(
             lineage.id, move, next_relaunch_at=decision.not_before,
             next_instance_type=decision.instance_type, next_spot=decision.spot,
@@ -252,34 +282,48 @@ class Controller:
         spot = latest.spot if lineage.next_spot is None else lineage.next_spot
         number = latest.number + 1
         # Resolved before the attempt is recorded: a plan that cannot be replayed ends the lineage, announced.
+        # It keeps the approved global batch on the new type; the attempt records the settings it uses and
+        # the forecast of the run there (the card's ETA and forecast of the rest follow it).
         plan = approved_plan(lineage).for_attempt(instance_type=instance_type, spot=spot)
-        attempt = self._store.add_attempt(lineage.id, number=number, instance_type=instance_type, spot=spot)
+        per_device, accumulation = plan.recorded_batch()
+        own = self._attempt_forecast(plan)
+        attempt = self._store.add_attempt(lineage.id, number=number, instance_type=instance_type, spot=spot,
+                                          per_device_batch=per_device, accumulation=accumulation,
+                                          forecast=own.to_json() if own is not None else None)
         if attempt is None:
             log.info("attempt %d of %s was already made by another process", number, lineage.id)
             return self._store.get_attempt(f"{lineage.id}-{number}")
         self._store.audit(None, "relaunch", lineage.id,
-                          {"job_name": attempt.job_name, "instance_type": instance_type, "spot": spot})
+                          {"job_name": attempt.job_name, "instance_type": instance_type, "spot": spot,
+                           "per_device_train_batch_size": per_device, "gradient_accumulation_steps": accumulation})
         if self._store.get_lineage(lineage.id).status.is_terminal():
-            self._store.transition_attempt(attempt.job_name, st.ATTEMPT_NOT_LAUNCHED,
+            self._store.transition_attempt(attempt.job_name, moves.ATTEMPT_NOT_LAUNCHED,
                                            failure_reason="the job was stopped or ended before its relaunch")
             return None
-        cycle.api_calls += 1  # the CreateTrainingJob, whatever its outcome
         try:
             self._backend.launch(attempt.job_name, plan)
         except Exception as exc:  # a refusal, or anything else: a failed attempt under the restart cap
             self._relaunch_refused(lineage, attempt, exc, cycle)
             return None
-        self._store.transition_attempt(attempt.job_name, st.ATTEMPT_CONFIRMED)
+        self._store.transition_attempt(attempt.job_name, moves.ATTEMPT_CONFIRMED)
         return self._store.get_attempt(attempt.job_name)
+
+    def _attempt_forecast(self, plan: LaunchPlan) -> Forecast | None:
+        """The forecast of ``plan`` on its type; a relaunch goes ahead without one if it cannot be made."""
+        try:
+            return self._forecasts.add_to(plan).own_forecast
+        except Exception:  # noqa: BLE001 - a forecast is a courtesy; the relaunch is the point
+            log.exception("no forecast for the relaunch of %s on %s", plan.lineage_id, plan.spec.instance_type)
+            return None
 
     def _finish_relaunch(
         self, lineage: Lineage, attempt: Attempt, cycle: CycleResult, *, backoff: float | None = None
     ) -> None:
-        if self.announce_relaunched(lineage, attempt, backoff, cycle):
+        if self._announce_relaunched(lineage, attempt, backoff, cycle):
             # The first to announce reports it: two watchers racing on one relaunch report it once.
             cycle.actions.append(f"relaunched {lineage.id} as {attempt.job_name} on {attempt.instance_type}")
         moved = self._store.transition_lineage(
-            lineage.id, st.FINISH_RELAUNCH, restarts=attempt.number - 1,
+            lineage.id, moves.FINISH_RELAUNCH, restarts=attempt.number - 1,
             next_relaunch_at=None, next_instance_type=None, next_spot=None,
         )
         if moved:
@@ -292,7 +336,7 @@ class Controller:
         reason = _refusal(exc)
         if not isinstance(exc, BackendError):
             log.error("relaunch of %s raised %s", attempt.job_name, reason)
-        self._store.transition_attempt(attempt.job_name, st.ATTEMPT_NOT_LAUNCHED, failure_reason=reason)
+        self._store.transition_attempt(attempt.job_name, moves.ATTEMPT_NOT_LAUNCHED, failure_reason=reason)
         self._store.audit(None, "relaunch.failed", lineage.id, {"job_name": attempt.job_name, "reason": reason})
         cycle.actions.append(f"{attempt.job_name}: launch refused ({reason})")
         fresh = self._store.get_lineage(lineage.id)
@@ -301,28 +345,28 @@ class Controller:
                            instance_type=refused.instance_type, spot=refused.spot)
         self._decide_and_carry_out(fresh, refused, remote, cycle, relaunching=True)
 
-    # -- notifications and moves ------------------------------------------------------------------
+    # -- notices --------------------------------------------------------------------------------------
 
-    def announce_relaunched(
+    def _announce_relaunched(
         self, lineage: Lineage, attempt: Attempt, backoff: float | None, cycle: CycleResult
     ) -> bool:
+        plan = approved_plan(lineage)
+        planned = plan.approved_batch
+        used = used_batch(planned, attempt.instance_type, attempt.per_device_batch, attempt.accumulation)
         payload = events.relaunched(
             lineage.id, attempt.job_name, attempt=attempt.number, instance_type=attempt.instance_type,
             spot=attempt.spot, backoff_seconds=backoff if backoff is not None else 0.0,
-            checkpoint_uri=approved_plan(lineage).checkpoint_uri, resumed_from_step=attempt.resumed_from_step,
+            checkpoint_uri=plan.checkpoint_uri, resumed_from_step=attempt.resumed_from_step,
+            planned=planned, used=used,
         )
-        return self.enqueue(lineage, payload, f"{attempt.job_name}:relaunched", cycle)
+        return self._enqueue(lineage, payload, f"{attempt.job_name}:relaunched", cycle)
 
-    def enqueue(self, lineage: Lineage, payload: dict[str, Any], key: str, cycle: CycleResult) -> bool:
-        queued = self._store.enqueue(kind=payload["kind"], payload=payload, dedup_key=key,
-                                     lineage_id=lineage.id, channel=lineage.channel)
+    def _enqueue(self, lineage: Lineage, payload: dict[str, Any], key: str, cycle: CycleResult) -> bool:
+        queued = self._store.outbox.enqueue(kind=payload["kind"], payload=payload, dedup_key=key,
+                                            lineage_id=lineage.id, channel=lineage.channel)
         if queued:
             cycle.actions.append(f"notified {payload['kind']} {payload.get('job_name') or lineage.id}")
         return queued
-
-    def _move(self, lineage: Lineage, move: st.Move[LineageStatus], cycle: CycleResult) -> None:
-        if self._store.transition_lineage(lineage.id, move, next_relaunch_at=None):
-            cycle.actions.append(f"{lineage.id}: {move.target.value}")
 
     def _stop_if_ended(self, lineage_id: str, job_name: str) -> None:
         # Stopped while we launched: the new job must not train on, unwatched and unpaid for.

@@ -1,10 +1,20 @@
-"""What one watch cycle did, for `trainbot watch --once`, the benchmarks and the tests."""
+"""What one watch cycle did, for `trainbot watch --once`, the benchmarks and the tests; and the backend with
+its calls counted, which bot/wiring.py puts between the watcher (and its controller) and the real backend."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol
 
-from jobs.records import RemoteJob
+from jobs.backend import TrainingBackend
+from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob
+
+if TYPE_CHECKING:
+    from jobs.planning.forecast import ForecastTarget
+    from jobs.planning.plan import LaunchPlan
 
 
 @dataclass
@@ -27,3 +37,63 @@ class CycleResult:
 def change_key(job_name: str, remote: RemoteJob) -> str:
     """The outbox dedup key of one observed change of one job: announced once, whoever sees it."""
     return f"{job_name}:{remote.status.value}:{remote.secondary_status}"
+
+
+class CallMeter(Protocol):
+    """How many backend calls this thread has made so far (a cycle reads it before and after)."""
+
+    def calls(self) -> int: ...
+
+
+class CountedBackend:
+    """The TrainingBackend port with every call that reaches the backend's API counted, per thread: a cycle
+    on the watcher's thread counts its own calls, never a launch a chat thread made meanwhile. Console
+    links, scaling notes and forecast targets are built locally and cost nothing."""
+
+    def __init__(self, backend: TrainingBackend) -> None:
+        self._backend = backend
+        self.name = backend.name
+        self._local = threading.local()
+
+    def calls(self) -> int:
+        return int(getattr(self._local, "count", 0))
+
+    def _count(self) -> None:
+        self._local.count = self.calls() + 1
+
+    def launch(self, job_name: str, plan: LaunchPlan) -> None:
+        self._count()
+        self._backend.launch(job_name, plan)
+
+    def describe(self, job_name: str) -> RemoteJob:
+        self._count()
+        return self._backend.describe(job_name)
+
+    def list_changed(self, since: datetime | None) -> list[JobSummary]:
+        self._count()
+        return self._backend.list_changed(since)
+
+    def stop(self, job_name: str) -> None:
+        self._count()
+        self._backend.stop(job_name)
+
+    def log_tail(self, job_name: str, lines: int = 40) -> list[str]:
+        self._count()
+        return self._backend.log_tail(job_name, lines)
+
+    def metric_series(self, job_name: str) -> MetricSeries:
+        self._count()
+        return self._backend.metric_series(job_name)
+
+    def progress(self, job_names: Sequence[str]) -> dict[str, Progress]:
+        self._count()
+        return self._backend.progress(job_names)
+
+    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
+        return self._backend.console_links(job_name, model_artifacts)
+
+    def scaling_note(self, plan: LaunchPlan) -> str | None:
+        return self._backend.scaling_note(plan)
+
+    def forecast_target(self, plan: LaunchPlan) -> ForecastTarget | None:
+        return self._backend.forecast_target(plan)

@@ -5,9 +5,9 @@ and each completed run's measurements recorded for the next one.
   task and instance type; and, where the backend runs something else (the local backend's scaled-down
   run), the forecast of that run from that backend's own history;
 - ``Forecasts.record_launch``: the forecast of what runs, kept with the lineage (job_runs);
-- ``record_completion``: at the end of a completed lineage, its measured training throughput (the
-  Trainer's ``train_samples_per_second``) and start-up time (its attempt's wall time less ``train_runtime``),
-  and the forecast put next to what it took, in the report.
+- ``record_completion``: after a completed lineage's ending (a step of jobs/endings), its measured training
+  throughput (the Trainer's ``train_samples_per_second``), start-up time (its attempt's wall time less
+  ``train_runtime``) and what it took; the report puts the forecast next to it (reports.with_forecast).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from dataclasses import replace
 
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock
+from jobs.lineage import Attempt, Lineage
 from jobs.planning.forecast import Forecast, forecast
 from jobs.planning.plan import LaunchPlan
-from jobs.reporting.reports import JobReport
 from jobs.store.runs import RunHistory
-from jobs.store.store import Attempt, Lineage, Store
+from jobs.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -55,26 +55,20 @@ class Forecasts:
             self._runs.record_launch(lineage_id, self._backend.name, plan.spec, own)
 
 
-def record_completion(store: Store, clock: Clock, lineage: Lineage, report: JobReport) -> JobReport:
-    """Keep what the completed ``lineage`` measured for later forecasts; ``report`` with its forecast."""
+def record_completion(
+    store: Store, clock: Clock, lineage: Lineage, *, took_seconds: float | None, took_usd: float | None
+) -> None:
+    """Keep what the completed ``lineage`` measured and took, for later forecasts (once more is harmless)."""
     runs = RunHistory(store, clock)
     latest = lineage.latest_attempt
     speed, startup = measured(latest) if latest is not None else (None, None)
     runs.record_completed(
-        lineage.id, samples_per_second=speed, startup_seconds=startup,
-        took_seconds=report.duration_seconds, took_usd=report.cost_usd,
+        lineage.id, samples_per_second=speed, startup_seconds=startup, took_seconds=took_seconds, took_usd=took_usd,
     )
-    done = with_forecast(report, runs.forecast_of(lineage.id))
-    if done.forecast is not None:
-        log.info("%s on %s: %s (basis %s; measured %s samples/s, start-up %s s)", lineage.id, lineage.backend,
-                 done.forecast_line(), done.forecast.get("basis"), speed, startup)
-    return done
-
-
-def with_forecast(report: JobReport, planned: Forecast | None) -> JobReport:
-    if planned is None or planned.seconds is None:
-        return report
-    return replace(report, forecast=planned.to_json())
+    planned = runs.forecast_of(lineage.id)
+    if planned is not None and planned.seconds is not None:
+        log.info("%s on %s: forecast %.0f s, took %s s (basis %s; measured %s samples/s, start-up %s s)",
+                 lineage.id, lineage.backend, planned.seconds, took_seconds, planned.basis, speed, startup)
 
 
 def forecast_of(store: Store, clock: Clock, lineage_id: str) -> Forecast | None:

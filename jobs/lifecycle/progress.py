@@ -22,13 +22,13 @@ from typing import Any
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock
 from jobs.errors import BackendError
-from jobs.lifecycle.state import AttemptStatus
+from jobs.lineage import Attempt, AttemptStatus, Lineage
 from jobs.planning.forecast import Forecast
 from jobs.planning.pricing import cost_of
 from jobs.records import Progress
 from jobs.settings import Settings
 from jobs.store.runs import RunHistory
-from jobs.store.store import Attempt, Lineage, Store
+from jobs.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -43,11 +43,13 @@ class LiveProgress:
     loss: float | None
     eta_seconds: float | None
     cost_so_far_usd: float
+    at: datetime | None = None  # when these figures were read: the card says how fresh it is
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
         data["cost_so_far_usd"] = round(self.cost_so_far_usd, 2)
         data["eta_seconds"] = None if self.eta_seconds is None else round(self.eta_seconds)
+        data["at"] = None if self.at is None else self.at.isoformat()
         return data
 
     @classmethod
@@ -55,7 +57,7 @@ class LiveProgress:
         return cls(
             job_name=str(data.get("job_name", "")), step=data.get("step"), total=data.get("total"),
             loss=data.get("loss"), eta_seconds=data.get("eta_seconds"),
-            cost_so_far_usd=float(data.get("cost_so_far_usd") or 0.0),
+            cost_so_far_usd=float(data.get("cost_so_far_usd") or 0.0), at=_moment(data.get("at")),
         )
 
     def words(self) -> str:
@@ -65,6 +67,16 @@ class LiveProgress:
 
     def words_without_cost(self) -> str:
         return progress_words(self.step, self.total, self.loss, self.eta_seconds)
+
+
+def _moment(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
 
 
 def progress_words(step: float | None, total: float | None, loss: float | None, eta: float | None) -> str:
@@ -95,6 +107,7 @@ def live_progress(
         loss=progress.loss,
         eta_seconds=_eta(progress, total, planned),
         cost_so_far_usd=cost_so_far(lineage, now),
+        at=now,
     )
 
 
@@ -107,6 +120,11 @@ def _eta(progress: Progress, total: int | None, planned: Forecast | None) -> flo
     if not pace and planned is not None and planned.steps and planned.training_seconds:
         pace = planned.steps / planned.training_seconds
     return max(0.0, (total - progress.step) / pace) if pace else None
+
+
+def attempt_forecast(attempt: Attempt, planned: Forecast | None) -> Forecast | None:
+    """The forecast the rest is paced by: a relaunched attempt's on its own type, else the plan's."""
+    return Forecast.from_json(attempt.forecast) if attempt.forecast else planned
 
 
 def cost_so_far(lineage: Lineage, now: datetime) -> float:
@@ -180,7 +198,8 @@ class ProgressTracker:
         changed: dict[str, dict[str, Any]] = {}
         for name, progress in found.items():
             lineage, attempt = running[name]
-            live = live_progress(lineage, attempt, progress, planned.get(lineage.id), now).to_json()
+            live = live_progress(lineage, attempt, progress, attempt_forecast(attempt, planned.get(lineage.id)),
+                                 now).to_json()
             before = shown.get(lineage.id) or {}
             if (before.get("job_name"), before.get("step"), before.get("loss")) == (name, live["step"], live["loss"]):
                 continue  # nothing moved: the card stays as it is
@@ -204,4 +223,4 @@ def read_live(store: Store, backend: TrainingBackend, clock: Clock, lineage: Lin
     if found is None:
         stored = runs.progress_of([lineage.id]).get(lineage.id)
         return LiveProgress.from_json(stored) if stored else None
-    return live_progress(lineage, attempt, found, runs.forecast_of(lineage.id), clock.now())
+    return live_progress(lineage, attempt, found, attempt_forecast(attempt, runs.forecast_of(lineage.id)), clock.now())

@@ -1,12 +1,18 @@
-"""The recovery policy: what to do when a backend job changes. A pure decision; the watcher carries it out.
+"""The recovery policy: what to do when a backend job changes. A pure decision: the controller
+(jobs/lifecycle/controller.py) alone calls `decide()` and carries the decision out; the watcher only brings
+it what the backend said.
 
 What SageMaker does, and what the bot must do (docs/ARCHITECTURE.md):
 - InProgress + Interrupted: SageMaker waits for spot capacity and resumes by itself -> notify once;
 - Stopped (MaxWaitTimeExceeded), Failed for capacity or an internal error -> a new attempt of the same
-  lineage from the same checkpoints, after a doubling backoff, moving through the fallback instance types
-  and, last, on-demand where the spec allows it; past the restart cap -> give up;
+  lineage from the same checkpoints, after a doubling backoff, moving through the lineage's fallbacks in
+  the order TRAINBOT_RECOVERY_POLICY names (jobs.planning.fallbacks: the planned type, types with its
+  accelerator count, on-demand where the spec allows it, then, for any-count, more accelerators with the
+  global batch kept); past the last one, from the top again (capacity is often back in minutes); past the
+  restart cap or the money caps -> give up, naming what was tried;
 - Failed for the user's code (AlgorithmError, a non-zero exit) -> never relaunch, say why;
-- Stopped by a person -> nothing more; Completed -> the final report.
+- Stopped by a person -> nothing more; Completed -> its ending (the report and the rest follow it, in
+  jobs/endings).
 """
 
 from __future__ import annotations
@@ -16,15 +22,16 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from jobs.lifecycle import events
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
-from jobs.planning.instances import relaunch_types
+from jobs.lineage import AttemptStatus, LineageStatus
+from jobs.planning.batch import BatchSettings, stored_batch
+from jobs.planning.fallbacks import DEFAULT_ORDER, Candidate, Fallbacks, lineage_fallbacks
 from jobs.planning.pricing import attempt_worst_case_usd, cost_of, usd
 from jobs.records import RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
+    from jobs.lineage import Attempt, Lineage
     from jobs.planning.spec import JobSpec
     from jobs.settings import Settings
-    from jobs.store.store import Attempt, Lineage
 
 INTERRUPTED = "Interrupted"
 MAX_WAIT_EXCEEDED = "MaxWaitTimeExceeded"
@@ -43,6 +50,7 @@ class RecoveryPolicy:
     max_restarts: int = 5  # the operator's cap on relaunches of one lineage (a spec may ask for fewer)
     max_backoff_seconds: float = 3600.0  # doubling stops here
     max_job_usd: float | None = None  # TRAINBOT_MAX_JOB_USD: the most a whole lineage may be billed
+    order: str = DEFAULT_ORDER  # TRAINBOT_RECOVERY_POLICY: the fallback order (jobs.planning.fallbacks)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RecoveryPolicy:
@@ -50,6 +58,7 @@ class RecoveryPolicy:
             backoff_seconds=settings.trainbot_relaunch_backoff_seconds,
             max_restarts=settings.trainbot_max_restarts,
             max_job_usd=settings.trainbot_max_job_usd,
+            order=settings.trainbot_recovery_policy,
         )
 
     def restart_cap(self, spec: JobSpec) -> int:
@@ -69,6 +78,8 @@ class Relaunch:
     not_before: datetime
     backoff_seconds: float
     reason: str  # why the last attempt ended, in words
+    batch: BatchSettings | None = None  # the settings that keep the approved global batch on instance_type
+    planned: BatchSettings | None = None  # the approved batch
 
 
 @dataclass(frozen=True)
@@ -157,22 +168,42 @@ def _relaunch_or_give_up(
     # restart count only moves on a launch that went through).
     used = max(lineage.restarts, attempt.number - 1)
     if used >= cap:
-        return GiveUp(f"{reason}, and the restart cap of {cap} relaunches is reached")
-    targets = _next_targets(lineage.spec, attempt, remote)
-    if not targets:
-        return GiveUp(f"{reason} on every fallback instance type ({', '.join(_tried(lineage.spec))})")
+        return GiveUp(f"{reason}, and the restart cap of {cap} relaunches is reached (tried {tried(lineage)})")
+    fallbacks = lineage_fallbacks_of(lineage, policy.order)
+    targets = _next_targets(fallbacks, attempt, remote)
     target = _first_affordable(lineage, targets, policy.max_job_usd, daily_left_usd)
     if isinstance(target, GiveUp):
-        return GiveUp(f"{reason}, and {target.reason}")
+        return GiveUp(f"{reason}, and {target.reason} (tried {tried(lineage)})")
     # A launch that never happened is redone at once, on the same type: capacity was never tried.
     backoff = 0.0 if remote.secondary_status == LAUNCH_LOST else policy.backoff_for(used)
     return Relaunch(
-        instance_type=target[0],
-        spot=target[1],
+        instance_type=target.instance_type,
+        spot=target.spot,
         not_before=now + timedelta(seconds=backoff),
         backoff_seconds=backoff,
         reason=reason,
+        batch=target.batch,
+        planned=fallbacks.candidates[0].batch,
     )
+
+
+def approved_batch(lineage: Lineage) -> BatchSettings:
+    """The batch the lineage was approved with (its stored plan's)."""
+    spec = lineage.spec
+    return stored_batch(lineage.launch_plan, spec.hyperparameters, spec.instance_type, spec.instance_count)
+
+
+def lineage_fallbacks_of(lineage: Lineage, order: str = DEFAULT_ORDER) -> Fallbacks:
+    return lineage_fallbacks(lineage.spec, approved_batch(lineage), order)
+
+
+def tried(lineage: Lineage) -> str:
+    """``ml.p3.16xlarge (on-demand) 3 times, ml.p4d.24xlarge (on-demand)``: the attempts' types, in order."""
+    counts: dict[str, int] = {}
+    for past in lineage.attempts:
+        words = f"{past.instance_type} ({'spot' if past.spot else 'on-demand'})"
+        counts[words] = counts.get(words, 0) + 1
+    return ", ".join(words + (f" {n} times" if n > 1 else "") for words, n in counts.items()) or "nothing"
 
 
 def billed_usd(lineage: Lineage) -> float:
@@ -182,19 +213,20 @@ def billed_usd(lineage: Lineage) -> float:
 
 
 def _first_affordable(
-    lineage: Lineage, targets: list[tuple[str, bool]], max_job_usd: float | None, daily_left_usd: float | None
-) -> tuple[str, bool] | GiveUp:
+    lineage: Lineage, targets: list[Candidate], max_job_usd: float | None, daily_left_usd: float | None
+) -> Candidate | GiveUp:
     """The first target whose worst case fits both caps: a fallback that would break one is skipped."""
     billed = billed_usd(lineage)
     spec = lineage.spec
-    for instance_type, spot in targets:
-        worst = attempt_worst_case_usd(instance_type, spec.instance_count, spot, spec.max_run)
+    for target in targets:
+        worst = attempt_worst_case_usd(target.instance_type, spec.instance_count, target.spot, spec.max_run)
         if max_job_usd is not None and billed + worst > max_job_usd:
             continue
         if daily_left_usd is not None and worst > daily_left_usd:
             continue
-        return instance_type, spot
-    cheapest = min(attempt_worst_case_usd(t, spec.instance_count, s, spec.max_run) for t, s in targets)
+        return target
+    cheapest = min(attempt_worst_case_usd(t.instance_type, spec.instance_count, t.spot, spec.max_run)
+                   for t in targets)
     if max_job_usd is not None and billed + cheapest > max_job_usd:
         return GiveUp(
             f"another attempt could cost up to {usd(cheapest)} on top of the {usd(billed)} billed so far, "
@@ -206,33 +238,28 @@ def _first_affordable(
     )
 
 
-def candidates(spec: JobSpec) -> list[tuple[str, bool]]:
-    """(instance type, spot) in the order relaunches try them: the spec's type, its fallbacks, then
-    on-demand as the last resort for a spot job whose spec allows it."""
-    order = [(name, spec.spot) for name in relaunch_types(spec.instance_type, spec.distribution)]
-    if spec.spot and spec.on_demand_fallback:
-        order.append((spec.instance.name, False))
-    return order
+def candidates(spec: JobSpec, order: str = DEFAULT_ORDER) -> list[tuple[str, bool]]:
+    """(instance type, spot) in the order relaunches try them (a spec's own batch; see lineage_fallbacks_of)."""
+    batch = stored_batch(None, spec.hyperparameters, spec.instance_type, spec.instance_count)
+    return [(c.instance_type, c.spot) for c in lineage_fallbacks(spec, batch, order).candidates]
 
 
-def _next_targets(spec: JobSpec, attempt: Attempt, remote: RemoteJob) -> list[tuple[str, bool]]:
+def _next_targets(fallbacks: Fallbacks, attempt: Attempt, remote: RemoteJob) -> list[Candidate]:
     """Where the next attempt may go, in order: the same type again when capacity was never the verdict,
-    else the candidates after the one that just lost its capacity."""
+    else the candidates after the one that just lost its capacity, and then from the top (the one that
+    lost it last): capacity is often back in minutes, and the backoff doubles meanwhile."""
+    order = list(fallbacks.candidates)
+    here = fallbacks.index(attempt.instance_type, attempt.spot)
     if remote.secondary_status == LAUNCH_LOST or _is_internal_error(remote):
-        return [(attempt.instance_type, attempt.spot)]
-    order = candidates(spec)
-    here = (attempt.instance_type, attempt.spot)
-    position = order.index(here) if here in order else 0
-    return order[position + 1 :]
+        return [order[here]] if here is not None else order[:1]
+    if here is None:  # a type no longer among the fallbacks (the policy changed): the top
+        return order
+    return order[here + 1 :] + order[: here + 1]
 
 
 def _is_internal_error(remote: RemoteJob) -> bool:
     reason = remote.failure_reason.lower()
     return remote.status is RemoteStatus.FAILED and any(marker in reason for marker in _INTERNAL_MARKERS)
-
-
-def _tried(spec: JobSpec) -> list[str]:
-    return [f"{name}{'' if spot else ' on-demand'}" for name, spot in candidates(spec)]
 
 
 def remote_from_attempt(attempt: Attempt) -> RemoteJob:

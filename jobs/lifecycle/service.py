@@ -14,21 +14,23 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from jobs.backend import TrainingBackend
+from jobs.backend import SimulatedSpot, TrainingBackend
 from jobs.budget import SpendLedger
 from jobs.clock import Clock
-from jobs.errors import BudgetExceeded, InvalidState, PermissionDenied
+from jobs.errors import BadInput, BudgetExceeded, InvalidState, PermissionDenied
 from jobs.lifecycle.controller import Controller
 from jobs.lifecycle.forecasts import Forecasts
+from jobs.lineage import Attempt, Lineage
 from jobs.permissions import AccessPolicy
 from jobs.planning.local_paths import check_local_paths
 from jobs.planning.plan import LINEAGE_PLACEHOLDER, LaunchPlan, build_plan
 from jobs.planning.pricing import check_job_budget
 from jobs.planning.reader import CommandReader
 from jobs.planning.spec import JobSpec
+from jobs.recent import RecentReads
 from jobs.records import Actor
 from jobs.settings import Settings
-from jobs.store.store import DuplicateLineage, Lineage, Store
+from jobs.store.store import DuplicateLineage, Store
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,9 @@ log = logging.getLogger(__name__)
 MAX_LINEAGE_ID = 50
 LINEAGE_ID = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?")
 _TASK_SHORT = {"question-answering": "qa", "text-classification": "cls"}
+#: A chat surface asks for a /train's spec more than once while acknowledging it (whether it needs git, then
+#: its plan), and parsing is half that ack's work: a spec is kept this long (a recipe changed shows after it).
+PARSE_MEMORY_SECONDS = 5.0
 
 
 def default_lineage_id(spec: JobSpec) -> str:
@@ -55,9 +60,13 @@ class JobService:
         clock: Clock,
         new_lineage_id: Callable[[JobSpec], str] | None = None,
         reader: CommandReader | None = None,
+        simulation: SimulatedSpot | None = None,
     ) -> None:
+        """``simulation``: the backend's simulated spot capacity, where it has one (the local backend's, for
+        ``trainbot capacity``); wiring passes the backend itself, as ``backend`` may be a counting wrapper."""
         self._store = store
         self._backend = backend
+        self._simulation = simulation
         self._settings = settings
         self._clock = clock
         self._new_id = new_lineage_id or default_lineage_id
@@ -69,6 +78,7 @@ class JobService:
             max_instances=settings.trainbot_max_instances, code_sources=settings.trainbot_code_sources
         )
         self._forecasts = Forecasts(store, backend, clock)
+        self._parses: RecentReads[str, JobSpec] = RecentReads(PARSE_MEMORY_SECONDS)
 
     @property
     def policy(self) -> AccessPolicy:
@@ -76,7 +86,7 @@ class JobService:
 
     def parse(self, text: str) -> JobSpec:
         """The spec ``text`` names (recipes and the grammar), with no allowlist and no git."""
-        return self._reader.parse(text)
+        return self._parses.get(text, lambda: self._reader.parse(text))
 
     def check(self, text: str) -> JobSpec:
         """Everything about ``text`` that needs no network (the grammar, recipes, the code allowlist, local
@@ -84,6 +94,10 @@ class JobService:
         spec = self._reader.check(text)
         check_local_paths(spec, self._settings, backend=self._backend.name)
         return spec
+
+    def waits_on_code_host(self, spec: JobSpec) -> bool:
+        """Whether planning ``spec`` (a checked one) asks a git host (CommandReader.waits_on_code_host)."""
+        return self._reader.waits_on_code_host(spec)
 
     def plan(self, text: str | JobSpec) -> LaunchPlan:
         """What ``text`` would launch, with no record; a git REF is resolved unless the spec pins its commit."""
@@ -97,6 +111,7 @@ class JobService:
             origin="",
             max_restarts=self._settings.trainbot_max_restarts,
             max_job_usd=self._settings.trainbot_max_job_usd,
+            recovery_order=self._settings.trainbot_recovery_policy,
         ))
 
     # -- launch -----------------------------------------------------------------------------------
@@ -125,6 +140,7 @@ class JobService:
             origin=actor.via,
             max_restarts=self._settings.trainbot_max_restarts,
             max_job_usd=self._settings.trainbot_max_job_usd,
+            recovery_order=self._settings.trainbot_recovery_policy,
         ))
         self._guarded(actor, "launch", lineage_id, lambda: self._check_budgets(plan))
         try:
@@ -151,8 +167,10 @@ class JobService:
             schedule=schedule,
             launch_plan=plan.stored(),
         )
+        per_device, accumulation = plan.recorded_batch()
         self._store.add_attempt(
-            lineage.id, number=1, instance_type=plan.spec.instance_type, spot=plan.spec.spot
+            lineage.id, number=1, instance_type=plan.spec.instance_type, spot=plan.spec.spot,
+            per_device_batch=per_device, accumulation=accumulation,
         )
         self._store.audit(
             actor,
@@ -198,6 +216,30 @@ class JobService:
             raise _already_ended(self._store.get_lineage(lineage.id))
         return self._store.get_lineage(lineage.id)
 
+    def take_capacity(self, ref: str, *, actor: Actor) -> Attempt:
+        """A simulated spot reclaim of the lineage's running attempt (the local backend's; launcher or admin
+        only): its processes die as a reclaimed instance's do, and the watcher recovers it. BadInput otherwise."""
+        lineage = self._store.find(ref)
+        self._guarded(actor, "capacity", lineage.id,
+                      lambda: self._policy.check_can_manage(actor, lineage, verb="take capacity from"))
+        self._check_same_backend(lineage, "take capacity from")
+        attempt = lineage.latest_attempt
+        if not lineage.spec.spot:
+            raise BadInput(f"{lineage.id} is not a spot job, so there is no spot capacity to take away.")
+        if attempt is None or attempt.status.is_terminal() or lineage.status.is_terminal():
+            raise BadInput(f"{lineage.id} has no running attempt ({lineage.status.value}); there is nothing to take away.")
+        if self._simulation is None:
+            raise BadInput(
+                f"Taking capacity away is a simulated spot reclaim of the local backend; on {self._backend.name} "
+                "spot capacity is the cloud's to take."
+            )
+        try:
+            self._simulation.take_capacity(attempt.job_name)
+        except InvalidState as exc:  # it ended between the look and the signal
+            raise BadInput(exc.message) from None
+        self._store.audit(actor, "capacity", lineage.id, {"job_name": attempt.job_name})
+        return attempt
+
     # -- helpers ----------------------------------------------------------------------------------
 
     def _check_same_backend(self, lineage: Lineage, verb: str) -> None:
@@ -209,6 +251,8 @@ class JobService:
             )
 
     def _parse(self, text: str | JobSpec) -> JobSpec:
+        if isinstance(text, str):
+            return self._reader.pin(self.parse(text))
         return self._reader.read(text)
 
     def _lineage_id(self, spec: JobSpec) -> str:
@@ -226,7 +270,6 @@ class JobService:
                 actor, f"{action}.refused", target, {"reason": exc.message, "kind": type(exc).__name__}
             )
             raise
-
 
 def _already_ended(lineage: Lineage) -> InvalidState:
     return InvalidState(

@@ -1,4 +1,4 @@
-"""The watcher: one cycle notices every change of the jobs we track and carries out the recovery policy.
+"""The watcher: one cycle notices every change of the jobs we track, records what it saw and hands it on.
 
 A cycle costs O(changed jobs / 100) API calls, not one per job:
 1. `list_changed(since=cursor - overlap)`: pages of recently modified jobs. The cursor is the newest
@@ -8,95 +8,54 @@ A cycle costs O(changed jobs / 100) API calls, not one per job:
 3. hand the active lineages to the controller (jobs/lifecycle/controller.py), which reads the store alone:
    an ended latest attempt gets its decision carried out, a due RELAUNCHING lineage is relaunched.
 
-The watcher observes and records what it saw (an attempt's remote fields, its ending, a lost launch); the
-controller alone decides and acts. A lineage the controller could not carry on with ends, announced, so
-one lineage's fault never keeps the cursor from moving.
+The watcher observes and records what it saw (an attempt's remote fields, its ending, a lost launch); it
+decides nothing and announces nothing: each observation goes to the controller (`seen` before it is
+recorded, so a notice is never lost to a crash; `ended` after an attempt's ending is recorded), which alone
+calls `decide()`. A lineage the controller could not carry on with ends, announced, so one lineage's fault
+never keeps the cursor from moving.
 
 Exactly once: every step is a guarded store transition or a deduplicated outbox entry, and step 3 reads only
 the store, so a watcher killed between any two steps (or two watchers on one database) ends with exactly one
 new attempt and one announcement of each change.
+
+``api_calls`` of a cycle comes from the call meter it is given (bot/wiring.py wraps the backend in a
+`CountedBackend` and passes it as both); without one it stays 0.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
+from jobs import lineage as moves
 from jobs.backend import TrainingBackend
 from jobs.clock import Clock
 from jobs.errors import BackendError, NotFound
-from jobs.lifecycle import events
-from jobs.lifecycle import state as st
 from jobs.lifecycle.controller import Controller
-from jobs.lifecycle.cycle import CycleResult, change_key
-from jobs.lifecycle.recovery import LAUNCH_LOST, Notify, RecoveryPolicy, decide
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
-from jobs.planning.forecast import ForecastTarget
-from jobs.planning.plan import LaunchPlan
-from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob, RemoteStatus
+from jobs.lifecycle.cycle import CallMeter, CycleResult
+from jobs.lifecycle.recovery import LAUNCH_LOST, RecoveryPolicy
+from jobs.lineage import Attempt, AttemptStatus
+from jobs.records import JobSummary, RemoteJob, RemoteStatus
 from jobs.settings import Settings
-from jobs.store.store import Attempt, Store
+from jobs.store.store import Store
 
-__all__ = ["CycleResult", "Watcher", "cursor_key"]
+__all__ = ["CycleResult", "Watcher", "cursor_key", "watched_key"]
 
 log = logging.getLogger(__name__)
-
 
 
 def cursor_key(backend_name: str) -> str:
     """Each backend's cursor is in its own clock (LastModifiedTime as it reports it), so each has its own."""
     return f"watcher.cursor.{backend_name}"
 
+
+def watched_key(backend_name: str) -> str:
+    """When a full cycle over this backend's jobs last ran (our clock, ISO): `trainbot status` reads it."""
+    return f"watcher.watched.{backend_name}"
+
+
 _MAX_LINEAGES = 100_000
-
-
-class _CountingBackend:
-    """The backend with every port call counted into the current cycle (reports and plots included)."""
-
-    def __init__(self, backend: TrainingBackend) -> None:
-        self._backend = backend
-        self.name = backend.name
-        self.calls = 0
-
-    def launch(self, job_name: str, plan: LaunchPlan) -> None:
-        self.calls += 1
-        self._backend.launch(job_name, plan)
-
-    def describe(self, job_name: str) -> RemoteJob:
-        self.calls += 1
-        return self._backend.describe(job_name)
-
-    def list_changed(self, since: datetime | None) -> list[JobSummary]:
-        self.calls += 1
-        return self._backend.list_changed(since)
-
-    def stop(self, job_name: str) -> None:
-        self.calls += 1
-        self._backend.stop(job_name)
-
-    def log_tail(self, job_name: str, lines: int = 40) -> list[str]:
-        self.calls += 1
-        return self._backend.log_tail(job_name, lines)
-
-    def metric_series(self, job_name: str) -> MetricSeries:
-        self.calls += 1
-        return self._backend.metric_series(job_name)
-
-    def progress(self, job_names: Sequence[str]) -> dict[str, Progress]:
-        self.calls += 1
-        return self._backend.progress(job_names)
-
-    def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
-        return self._backend.console_links(job_name, model_artifacts)  # built locally, no API call
-
-    def scaling_note(self, plan: LaunchPlan) -> str | None:
-        return self._backend.scaling_note(plan)
-
-    def forecast_target(self, plan: LaunchPlan) -> ForecastTarget | None:
-        return self._backend.forecast_target(plan)
 
 
 class Watcher:
@@ -108,28 +67,28 @@ class Watcher:
         settings: Settings,
         *,
         policy: RecoveryPolicy | None = None,
+        controller: Controller | None = None,
+        meter: CallMeter | None = None,
         launch_grace_seconds: float = 300.0,
         overlap_seconds: float = 120.0,
-        plots_dir: Path | None = None,
     ) -> None:
         self._store = store
-        self._backend = _CountingBackend(backend)
+        self._backend = backend
         self._clock = clock
         self._settings = settings
-        self._policy = policy or RecoveryPolicy.from_settings(settings)
+        self._meter = meter
         # A launch may take a while (the SDK uploads the code first): only after this is "not found" lost.
         self._grace = timedelta(seconds=launch_grace_seconds)
         # LastModifiedTime is eventually consistent: re-list a little before the cursor.
         self._overlap = timedelta(seconds=overlap_seconds)
-        self._controller = Controller.from_settings(store, self._backend, clock, settings,
-                                                    policy=self._policy, plots_dir=plots_dir)
+        self._controller = controller or Controller.from_settings(store, backend, clock, settings, policy=policy)
         self._seen: dict[str, datetime] = {}  # job -> LastModifiedTime already handled by this process
 
     # -- the loop ---------------------------------------------------------------------------------
 
     def poll_once(self) -> CycleResult:
         cycle = CycleResult()
-        self._backend.calls = 0
+        calls_before = self._calls()
         # Only this backend's jobs: a console on the local backend and a SageMaker bot may share a store.
         active = {a.job_name: a for a in self._store.active_attempts(backend=self._backend.name)}
         summaries = self._list_changed(cycle)
@@ -143,7 +102,8 @@ class Watcher:
         if handled and summaries is not None:
             self._advance_cursor(summaries)
         self._seen = {k: v for k, v in self._seen.items() if k in active}
-        cycle.api_calls += self._backend.calls
+        self._store.set_meta(watched_key(self._backend.name), self._clock.now().isoformat())
+        cycle.api_calls = self._calls() - calls_before
         return cycle
 
     def check_now(self, job_names: list[str]) -> CycleResult:
@@ -152,11 +112,14 @@ class Watcher:
         of a named job that already ended is settled from the store (a relaunch that fell due). Names that
         are not ours cost no API call."""
         cycle = CycleResult()
-        self._backend.calls = 0
+        calls_before = self._calls()
         for name in dict.fromkeys(job_names):
             self._guard(cycle, name, lambda n=name: self._check_named(n, cycle))
-        cycle.api_calls += self._backend.calls
+        cycle.api_calls = self._calls() - calls_before
         return cycle
+
+    def _calls(self) -> int:
+        return self._meter.calls() if self._meter is not None else 0
 
     def _check_named(self, job_name: str, cycle: CycleResult) -> None:
         try:
@@ -228,13 +191,12 @@ class Watcher:
         except NotFound:
             self._not_found(attempt, cycle)
             return
-        if attempt.status is AttemptStatus.LAUNCHING:
-            # The launch went through; its record did not (a crash, or another thread is just finishing).
-            self._store.transition_attempt(attempt.job_name, st.ATTEMPT_CONFIRMED)
-            self._store.transition_lineage(attempt.lineage_id, st.CONFIRM_LAUNCH)
         if (remote.status.value, remote.secondary_status) != (attempt.remote_status, attempt.secondary_status):
-            self._announce_change(attempt, remote, cycle)
-        self._mirror(attempt, remote, cycle)
+            before = f"{attempt.remote_status or '-'}/{attempt.secondary_status or '-'}"
+            cycle.changes.append(f"{attempt.job_name}: {before} -> {remote.status.value}/{remote.secondary_status}")
+        self._controller.seen(attempt, remote, cycle)  # before the record: a crash redoes the notice
+        if self._record(attempt, remote):
+            self._controller.ended(attempt, cycle)
         if summary is not None and summary.last_modified is not None:
             self._seen[attempt.job_name] = summary.last_modified
 
@@ -246,45 +208,23 @@ class Watcher:
             return  # its launch may still be under way
         # The launch never reached the backend: record that; settling relaunches it exactly once.
         lost = self._store.transition_attempt(
-            attempt.job_name, st.ATTEMPT_NOT_LAUNCHED,
+            attempt.job_name, moves.ATTEMPT_NOT_LAUNCHED,
             remote_status=RemoteStatus.FAILED.value, secondary_status=LAUNCH_LOST,
             failure_reason="the launch was never confirmed and the backend has no such job",
         )
         if lost:
             cycle.actions.append(f"launch of {attempt.job_name} lost")
 
-    def _announce_change(self, attempt: Attempt, remote: RemoteJob, cycle: CycleResult) -> None:
-        before = f"{attempt.remote_status or '-'}/{attempt.secondary_status or '-'}"
-        cycle.changes.append(f"{attempt.job_name}: {before} -> {remote.status.value}/{remote.secondary_status}")
-        lineage = self._store.get_lineage(attempt.lineage_id)
-        if not attempt.remote_status and attempt.number > 1:
-            self._controller.announce_relaunched(lineage, attempt, None, cycle)
-        if remote.status.is_terminal():
-            return  # the ending is announced by the decision that settles it
-        decision = decide(lineage, attempt, remote, self._policy, self._clock.now())
-        if isinstance(decision, Notify) and decision.kind == events.INTERRUPTED:
-            payload = events.interrupted(lineage.id, attempt.job_name, attempt.instance_type)
-        else:
-            payload = events.state_line(lineage.id, attempt.job_name, remote.status.value, remote.secondary_status)
-        self._controller.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
-
-    def _mirror(self, attempt: Attempt, remote: RemoteJob, cycle: CycleResult) -> None:
+    def _record(self, attempt: Attempt, remote: RemoteJob) -> bool:
+        """Mirror what the backend said into the attempt; True when this call recorded its ending."""
+        if attempt.status is AttemptStatus.LAUNCHING:
+            self._store.transition_attempt(attempt.job_name, moves.ATTEMPT_CONFIRMED)
         fields = _mirrored(remote)
-        ended = st.ATTEMPT_ENDING.get(remote.status.value)
+        ended = moves.ATTEMPT_ENDING.get(remote.status.value)
         if ended is None:
             self._store.update_attempt(attempt.job_name, **fields)
-            return
-        if not self._store.transition_attempt(attempt.job_name, ended, **fields):
-            return
-        lineage = self._store.get_lineage(attempt.lineage_id)
-        if lineage.status is LineageStatus.STOPPED:
-            # A person stopped it; the lineage is already terminal, so settling would not see it.
-            payload = events.stopped(lineage.id, attempt.job_name, remote.failure_reason)
-            self._controller.enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
-            return
-        # Settle it now rather than in the sweep: detection to relaunch stays milliseconds however many
-        # lineages the sweep reads. The sweep still catches it if this process dies right here.
-        self._controller.settle(lineage, cycle)
+            return False
+        return self._store.transition_attempt(attempt.job_name, ended, **fields)
 
 
 def _mirrored(remote: RemoteJob) -> dict[str, Any]:

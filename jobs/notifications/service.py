@@ -2,8 +2,11 @@
 asks: which channels get this event, and does the launcher want a direct message.
 
 Access: subscribing, unsubscribing and setting a DM default need the same right as using the bot
-(TRAINBOT_ALLOWED_USERS, TRAINBOT_ALLOWED_CHANNELS); a subscription is removed by whoever added it or an
-admin. When routing, a channel that TRAINBOT_ALLOWED_CHANNELS no longer names gets nothing.
+(TRAINBOT_ALLOWED_USERS, TRAINBOT_ALLOWED_CHANNELS). A subscription belongs to its author: /notify on changes
+only the caller's own (anyone else's in the channel stays as it is, and the caller gets one of their own), and
+a subscription is removed by its author or an admin. Each person has at most
+TRAINBOT_MAX_SUBSCRIPTIONS_PER_USER. When routing, a channel that TRAINBOT_ALLOWED_CHANNELS no longer names
+gets nothing, and a channel two people subscribed gets each message once.
 """
 
 from __future__ import annotations
@@ -26,28 +29,37 @@ _OPERATOR_VIA = ("console", "cli")
 
 
 @dataclass(frozen=True)
+class Subscribed:
+    subscription: Subscription  # the caller's own
+    before: tuple[str, ...] | None  # the events their subscription had, when this replaced them
+    others: tuple[Subscription, ...]  # other people's with the same filter here, left as they are
+
+
+@dataclass(frozen=True)
 class Unsubscribed:
     removed: tuple[Subscription, ...]
     kept: tuple[Subscription, ...]  # matching ones this person may not remove (someone else's)
 
 
 class NotificationService:
-    def __init__(self, store: Store, *, clock: Clock, policy: AccessPolicy) -> None:
+    def __init__(self, store: Store, *, clock: Clock, policy: AccessPolicy, most_per_user: int | None = None) -> None:
         self._store = store
         self._rows = SubscriptionStore(store, clock=clock)
         self._policy = policy
+        self._most = most_per_user
 
     # -- /notify on | off | list ------------------------------------------------------------------
 
-    def subscribe(self, actor: Actor, channel: str, events: tuple[str, ...],
-                  flt: Filter) -> tuple[Subscription, tuple[str, ...] | None]:
-        """(the subscription, the events the channel's subscription with this filter had, if it had one)."""
+    def subscribe(self, actor: Actor, channel: str, events: tuple[str, ...], flt: Filter) -> Subscribed:
+        """The caller's own subscription of ``channel`` with ``flt`` made or changed; nobody else's is touched."""
         self._policy.check_can_use(actor)
         subscription, before = self._rows.upsert(channel=channel, events=events, flt=flt,
-                                                created_by=actor.user_id, via=actor.via)
+                                                created_by=actor.user_id, via=actor.via, most=self._most)
         self._store.audit(actor, "notify.on", channel, {"events": list(events), "filter": flt.kind,
                                                         "value": flt.value, "before": list(before or ())})
-        return subscription, before
+        others = tuple(s for s in self._rows.for_channel(channel)
+                       if s.filter == flt and s.created_by != actor.user_id)
+        return Subscribed(subscription, before, others)
 
     def unsubscribe(self, actor: Actor, channel: str, flt: Filter | None) -> Unsubscribed:
         """The channel's subscriptions (with ``flt``, or all): removed where ``actor`` added them or is an
@@ -108,4 +120,4 @@ class NotificationService:
         return False
 
 
-__all__ = ["NotificationService", "Unsubscribed"]
+__all__ = ["NotificationService", "Subscribed", "Unsubscribed"]

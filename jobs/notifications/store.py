@@ -1,6 +1,6 @@
 """The notification tables (created by Alembic revision 0004): channel subscriptions and per-user DM
-defaults. A subscription is unique per (channel, filter): subscribing again with the same filter replaces
-its events.
+defaults. A subscription belongs to its author and is unique per (channel, filter, author): the author
+subscribing again with the same filter replaces its events; anyone else gets a subscription of their own.
 """
 
 from __future__ import annotations
@@ -11,16 +11,9 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    Boolean,
-    Column,
     Connection,
-    Index,
-    Integer,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
     delete,
+    func,
     insert,
     select,
     update,
@@ -28,34 +21,10 @@ from sqlalchemy import (
 from sqlalchemy.engine import Row
 
 from jobs.clock import Clock
+from jobs.errors import LimitReached
 from jobs.notifications.rules import Filter
-from jobs.store.schema import UTCDateTime, metadata, read_transaction, write_transaction
+from jobs.store.schema import preferences_table, read_transaction, subscriptions_table, write_transaction
 from jobs.store.store import Store
-
-subscriptions_table = Table(
-    "notify_subscriptions",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("channel", String(64), nullable=False),
-    Column("events", Text, nullable=False),  # comma-separated rules.EVENTS names
-    Column("filter_kind", String(16), nullable=False, default=""),  # "", user, schedule, preset
-    Column("filter_value", String(128), nullable=False, default=""),
-    Column("created_by", String(64), nullable=False),
-    Column("via", String(32), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
-    UniqueConstraint("channel", "filter_kind", "filter_value", name="uq_notify_subscriptions_filter"),
-    Index("ix_notify_subscriptions_channel", "channel"),
-)
-
-preferences_table = Table(
-    "notify_preferences",
-    metadata,
-    Column("user_id", String(64), primary_key=True),
-    Column("dm", Boolean, nullable=False),  # a DM when each of the user's jobs ends
-    Column("updated_at", UTCDateTime, nullable=False),
-)
-
 
 
 @dataclass(frozen=True)
@@ -80,13 +49,17 @@ class SubscriptionStore:
     # -- subscriptions ----------------------------------------------------------------------------
 
     def upsert(self, *, channel: str, events: tuple[str, ...], flt: Filter, created_by: str,
-               via: str) -> tuple[Subscription, tuple[str, ...] | None]:
-        """Subscribe ``channel``; (the row, the events it had when this replaced them, else None)."""
+               via: str, most: int | None = None) -> tuple[Subscription, tuple[str, ...] | None]:
+        """Subscribe ``channel`` for ``created_by``: (their row, the events it had when this replaced them, else
+        None). A new row beyond ``most`` of theirs raises LimitReached (counted in the same transaction)."""
         now = self._clock.now()
         table = subscriptions_table
-        where = (table.c.channel == channel, table.c.filter_kind == flt.kind, table.c.filter_value == flt.value)
+        where = (table.c.channel == channel, table.c.filter_kind == flt.kind, table.c.filter_value == flt.value,
+                 table.c.created_by == created_by)
         with self._write() as conn:
             found = conn.execute(select(table.c.id, table.c.events).where(*where)).first()
+            if found is None and most is not None:
+                check_limit(_count_by(conn, created_by), most)
             if found is None:
                 conn.execute(insert(table).values(
                     channel=channel, events=",".join(events), filter_kind=flt.kind, filter_value=flt.value,
@@ -101,6 +74,10 @@ class SubscriptionStore:
         query = select(subscriptions_table).where(subscriptions_table.c.channel == channel)
         with self._read() as conn:
             return [_subscription(row) for row in conn.execute(query.order_by(subscriptions_table.c.id))]
+
+    def count_by(self, user_id: str) -> int:
+        with self._read() as conn:
+            return _count_by(conn, user_id)
 
     def all(self) -> list[Subscription]:
         with self._read() as conn:
@@ -133,6 +110,19 @@ class SubscriptionStore:
 
     def _read(self) -> AbstractContextManager[Connection]:
         return read_transaction(self._engine)
+
+
+def _count_by(conn: Connection, user_id: str) -> int:
+    query = select(func.count()).select_from(subscriptions_table).where(subscriptions_table.c.created_by == user_id)
+    return int(conn.execute(query).scalar_one())
+
+
+def check_limit(have: int, most: int) -> None:
+    if have >= most:
+        raise LimitReached(
+            f"You have {have} /notify subscriptions, the most one person may have "
+            "(TRAINBOT_MAX_SUBSCRIPTIONS_PER_USER): remove one with /notify off in its channel first."
+        )
 
 
 def _subscription(row: Row[Any]) -> Subscription:

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from jobs.errors import BadInput, InvalidState
-from jobs.lifecycle.state import AttemptStatus
+from jobs.lineage import AttemptStatus
 
 if TYPE_CHECKING:
     from jobs.backend import TrainingBackend
-    from jobs.store.store import Attempt, Lineage
+    from jobs.lineage import Attempt, Lineage
 
 DEFAULT_LINES = 40
 MAX_LINES = 500

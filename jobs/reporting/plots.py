@@ -11,18 +11,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.errors import TrainbotError
-from jobs.lifecycle.state import AttemptStatus
+from jobs.lineage import AttemptStatus
 from jobs.records import MetricSeries
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
     from jobs.backend import TrainingBackend
-    from jobs.store.store import Lineage
+    from jobs.lineage import Lineage
 
 log = logging.getLogger(__name__)
 
-LOSS_METRICS = ("loss", "eval_loss")
+#: The loss panel is the training loss alone (the evaluation loss is another curve on another cadence).
+LOSS_METRICS = ("loss",)
 EVAL_METRICS = ("eval_exact_match", "eval_f1", "eval_accuracy")
 
 
@@ -68,7 +69,7 @@ def plot_lineage(lineage: Lineage, backend: TrainingBackend, path: Path) -> Path
         except TrainbotError as exc:  # a plot is a bonus: a missing series never blocks the report
             log.warning("no metrics for %s: %s", attempt.job_name, exc)
     xlabel = "seconds since the attempt started" if lineage.backend == "sagemaker" else "step"
-    return plot_series(collected, path, title=f"{lineage.id} ({lineage.spec.model})", xlabel=xlabel)
+    return plot_series(collected, path, title=f"{lineage.id} ({lineage.spec.model_label})", xlabel=xlabel)
 
 
 _Line = tuple[str, list[float], list[float]]

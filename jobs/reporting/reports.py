@@ -10,22 +10,25 @@ training seconds, summed over the attempts, shown as a whole percentage ("70%").
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from jobs.errors import TrainbotError
-from jobs.lifecycle.state import AttemptStatus
+from jobs.lineage import AttemptStatus
 from jobs.planning import pricing
-from jobs.planning.forecast import about_duration, about_usd
+from jobs.planning.batch import BatchSettings, change_words, stored_batch, used_batch
+from jobs.planning.forecast import Forecast, about_duration, about_usd
 from jobs.planning.metrics import PROGRESS_NAMES
 from jobs.planning.plan import code_label
 
 if TYPE_CHECKING:
     from jobs.backend import TrainingBackend
-    from jobs.store.store import Attempt, Lineage
+    from jobs.lineage import Attempt, Lineage
 
 log = logging.getLogger(__name__)
+
+LOCAL = "local"  # the backend whose runs are priced at SageMaker's rates but billed nothing
 
 #: The metrics a person looks for first, per task, in the order shown.
 _LOSS = ("loss", ("eval_loss", "train_loss"))
@@ -48,6 +51,11 @@ class AttemptLine:
     cost_usd: float
     resumed_from_step: int | None  # steps this attempt did not redo thanks to the checkpoints
     steps_redone: int | None = None  # steps the interruption lost past that checkpoint, trained again
+    # The batch it trained with and, for a relaunch, what its type changed ("4 GPUs, per-device batch 8
+    # instead of 32, global batch 32 as planned"; "1 GPU as planned").
+    per_device_train_batch_size: int | None = None
+    gradient_accumulation_steps: int | None = None
+    settings: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,9 @@ class JobReport:
     links: dict[str, str] = field(default_factory=dict)
     code: str = ""  # a team's own code as repo@<short sha> (REF), the commit the lineage was pinned to
     forecast: dict[str, Any] | None = None  # the forecast it was launched with (Forecast.to_json())
+    backend: str = ""  # where it ran: "local" costs are what SageMaker would bill for the same run
+    checkpoints: str = ""  # where its checkpoints are: the local folder, or checkpoint_uri
+    reason: str = ""  # why it ended, when it did not complete (the ending's own words)
 
     @property
     def details(self) -> dict[str, float]:
@@ -90,6 +101,11 @@ class JobReport:
         took = "so far" if self.partial else "took"
         spent = _about(self.duration_seconds or 0.0, self.cost_usd)
         return f"forecast {_about(float(seconds), float(cost))}, {took} {spent}"
+
+    @property
+    def priced_here(self) -> bool:
+        """False for a local run: its cost is SageMaker's price for the same run, not a bill."""
+        return self.backend != LOCAL
 
     @property
     def spot_savings_pct(self) -> str | None:
@@ -117,10 +133,15 @@ class JobReport:
         return "\n".join(_text_lines(self))
 
 
-def build_report(lineage: Lineage, backend: TrainingBackend, *, now: datetime | None = None) -> JobReport:
-    """The report of `lineage` as the store knows it; `backend` gives only the console links."""
+def build_report(
+    lineage: Lineage, backend: TrainingBackend, *, now: datetime | None = None, reason: str = ""
+) -> JobReport:
+    """The report of `lineage` as the store knows it; `backend` gives only the console links (a local
+    backend's include the checkpoints folder). ``reason``: why it ended (the store's ending)."""
     spec = lineage.spec
-    lines = tuple(_attempt_line(a, spec.instance_count) for a in lineage.attempts)
+    links = _links(lineage, backend)
+    planned = stored_batch(lineage.launch_plan, spec.hyperparameters, spec.instance_type, spec.instance_count)
+    lines = tuple(_attempt_line(a, spec.instance_count, planned) for a in lineage.attempts)
     billable = sum(a.billable_seconds or 0 for a in lineage.attempts)
     training = sum(a.training_seconds or 0 for a in lineage.attempts)
     metrics = _final_metrics(lineage.attempts)
@@ -129,8 +150,8 @@ def build_report(lineage: Lineage, backend: TrainingBackend, *, now: datetime | 
         status=lineage.status.value,
         partial=not lineage.status.is_terminal(),
         task=spec.task,
-        model=spec.model,
-        dataset=spec.dataset,
+        model=spec.model_label,
+        dataset=spec.data_label,
         instance_count=spec.instance_count,
         metrics=metrics,
         headline=headline_metrics(spec.task, metrics),
@@ -142,9 +163,19 @@ def build_report(lineage: Lineage, backend: TrainingBackend, *, now: datetime | 
         spot_savings=spot_savings(lineage.attempts),
         attempts=lines,
         checkpoint_uri=lineage.checkpoint_uri,
-        links=_links(lineage, backend),
+        links=links,
         code=f"{code_label(spec)}, entry {spec.entry}" if spec.own_code else "",
+        backend=lineage.backend,
+        checkpoints=links.get("checkpoints") or lineage.checkpoint_uri,
+        reason=reason,
     )
+
+
+def with_forecast(report: JobReport, planned: Forecast | None) -> JobReport:
+    """``report`` with the forecast its lineage was launched with, to set beside what it took."""
+    if planned is None or planned.seconds is None:
+        return report
+    return replace(report, forecast=planned.to_json())
 
 
 def spot_savings(attempts: tuple[Attempt, ...]) -> float | None:
@@ -168,7 +199,8 @@ def headline_metrics(task: str | None, metrics: dict[str, float]) -> dict[str, f
     return found
 
 
-def _attempt_line(attempt: Attempt, count: int) -> AttemptLine:
+def _attempt_line(attempt: Attempt, count: int, planned: BatchSettings) -> AttemptLine:
+    used = used_batch(planned, attempt.instance_type, attempt.per_device_batch, attempt.accumulation)
     return AttemptLine(
         number=attempt.number,
         job_name=attempt.job_name,
@@ -181,6 +213,9 @@ def _attempt_line(attempt: Attempt, count: int) -> AttemptLine:
         cost_usd=_cost(attempt, count, attempt.billable_seconds, spot=attempt.spot),
         resumed_from_step=attempt.resumed_from_step,
         steps_redone=attempt.steps_redone,
+        per_device_train_batch_size=attempt.per_device_batch,
+        gradient_accumulation_steps=attempt.accumulation,
+        settings=change_words(planned, used) if attempt.number > 1 else "",
     )
 
 
@@ -231,10 +266,12 @@ def _links(lineage: Lineage, backend: TrainingBackend) -> dict[str, str]:
 
 def _text_lines(report: JobReport) -> list[str]:
     state = f"{report.status} (so far)" if report.partial else report.status
-    lines = [
-        f"Job {report.lineage_id}: {state}",
-        f"  {report.model} on {report.dataset} ({report.task or 'own code'}), {report.instance_count} instance(s)",
-    ]
+    lines = [f"Job {report.lineage_id}: {state}"]
+    if report.reason and not report.partial:
+        lines.append(f"  ended: {report.reason}")
+    lines.append(
+        f"  {report.model} on {report.dataset} ({report.task or 'own code'}), {report.instance_count} instance(s)"
+    )
     if report.code:
         lines.append(f"  code {report.code}")
     if report.metrics:  # a team's own script has no headline of its task: its metrics, as they came
@@ -246,17 +283,19 @@ def _text_lines(report: JobReport) -> list[str]:
     cost = f"  cost ${report.cost_usd:.2f}"
     if report.spot_savings_pct is not None:
         cost += f" (on-demand ${report.on_demand_usd:.2f}), spot savings {report.spot_savings_pct}"
+    if not report.priced_here:
+        cost += ", what SageMaker would bill for this run (a local run is free)"
     lines.append(cost)
     lines.append(
         f"  duration {_hms(report.duration_seconds)}, training {_hms(report.training_seconds)}, "
         f"billable {_hms(report.billable_seconds)}"
     )
-    lines.append(f"  checkpoints {report.checkpoint_uri}")
+    lines.append(f"  checkpoints {report.checkpoints or report.checkpoint_uri}")
     lines.append("  attempts:")
     lines.extend(_attempt_text(a) for a in report.attempts)
     if report.steps_saved:
         lines.append(f"  resuming from checkpoints saved {report.steps_saved} steps")
-    lines.extend(f"  {name}: {url}" for name, url in report.links.items())
+    lines.extend(f"  {name}: {url}" for name, url in report.links.items() if name != "checkpoints")
     if report.details:
         lines.append("  trainer: " + ", ".join(f"{k} {v:.4g}" for k, v in report.details.items()))
     return lines
@@ -269,6 +308,8 @@ def _about(seconds: float, cost: float) -> str:
 def _attempt_text(line: AttemptLine) -> str:
     market = "spot" if line.spot else "on-demand"
     text = f"    {line.number}. {line.job_name}  {line.instance_type} {market}  {line.status}"
+    if line.settings:
+        text += f"  ({line.settings})"
     if line.reason:
         text += f"  ({line.reason})"
     if line.billable_seconds is not None:

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING
 
 from jobs.budget import SpendLedger, start_of_utc_day
 from jobs.errors import TrainbotError
-from jobs.lifecycle.state import AttemptStatus
+from jobs.lineage import AttemptStatus
 from jobs.planning.pricing import cost_of
 
 if TYPE_CHECKING:
-    from jobs.store.store import Attempt, Lineage, Store
+    from jobs.lineage import Attempt, Lineage
+    from jobs.store.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, Table, inspect, text
 from sqlalchemy.exc import OperationalError
 
 from jobs.errors import ConfigError
 from jobs.file_lock import exclusive_lock
-from jobs.store.schema import UTCDateTime, full_metadata, make_engine, write_transaction
+from jobs.store.schema import UTCDateTime, make_engine, metadata, write_transaction
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -99,12 +99,15 @@ def _stored_revision(conn: Connection) -> str | None:
     return None if found is None else str(found)
 
 
-def upgrade(engine: Engine, target: str = "head") -> list[str]:
+def upgrade(engine: Engine, target: str = "head", *, foreign: Sequence[Table] = ()) -> list[str]:
     """Bring the database to `target` (the newest revision by default); returns the revisions applied here,
     in order: empty when it was already there, or when another process did it while this one waited.
+    ``foreign``: tables other code owns (APScheduler's job table, FOREIGN_TABLES), created if missing under
+    the same lock, so no thread started later creates one while others write (SQLite refuses a schema
+    change in a transaction whose snapshot another writer moved on: "database is locked").
     The first contact with the store at start: an unreachable one is a ConfigError naming it."""
     with reachable(engine):
-        return _upgrade(engine, target)
+        return _upgrade(engine, target, foreign)
 
 
 @contextmanager
@@ -118,23 +121,32 @@ def reachable(engine: Engine) -> Iterator[None]:
         raise ConfigError(f"cannot reach the store at {where} ({reason}); check TRAINBOT_DATABASE_URL.") from exc
 
 
-def _upgrade(engine: Engine, target: str) -> list[str]:
+def _upgrade(engine: Engine, target: str, foreign: Sequence[Table]) -> list[str]:
     with migration_lock(engine) as conn:
-        current = _stored_revision(conn)
-        if target == "head" and current == newest_on_disk():
-            return []  # the usual start: nothing to do, and Alembic not even imported
-        from alembic import command
-
-        if current is not None and not is_known(current):
-            log.warning("the store is at schema revision %s, newer than this trainbot knows (%s); "
-                        "leaving it as it is", current, head_revision())
-            return []
-        applied: list[str] = []
-        config = alembic_config()
-        config.attributes.update(connection=conn, applied=applied)
-        command.upgrade(config, target)
+        applied = _apply_revisions(conn, target)
+        for table in foreign:
+            if table.name not in FOREIGN_TABLES:
+                raise ValueError(f"{table.name} is not a table other code owns; declare it in jobs/store/schema.py")
+            table.create(conn, checkfirst=True)
     if applied:
         log.info("store schema upgraded: %s", " -> ".join(applied))
+    return applied
+
+
+def _apply_revisions(conn: Connection, target: str) -> list[str]:
+    current = _stored_revision(conn)
+    if target == "head" and current == newest_on_disk():
+        return []  # the usual start: nothing to do, and Alembic not even imported
+    from alembic import command
+
+    if current is not None and not is_known(current):
+        log.warning("the store is at schema revision %s, newer than this trainbot knows (%s); "
+                    "leaving it as it is", current, head_revision())
+        return []
+    applied: list[str] = []
+    config = alembic_config()
+    config.attributes.update(connection=conn, applied=applied)
+    command.upgrade(config, target)
     return applied
 
 
@@ -146,7 +158,7 @@ def schema_drift(engine: Engine) -> list[Any]:
 
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={"include_object": _owned, "compare_type": True})
-        return list(compare_metadata(context, full_metadata()))
+        return list(compare_metadata(context, metadata))
 
 
 @contextmanager
@@ -231,7 +243,7 @@ def _run(context: Any, connection: Connection, applied: list[str] | None) -> Non
 
     context.configure(
         connection=connection,
-        target_metadata=full_metadata(),
+        target_metadata=metadata,
         include_object=_owned,
         compare_type=True,
         render_as_batch=connection.dialect.name == "sqlite",  # SQLite alters tables by copying them

@@ -2,27 +2,29 @@
 
 A message is queued under a dedup key in the same breath as the change it announces, so a crash between the
 two redoes both and the key makes it one message; delivery claims each due row with a guarded update, so
-two bots on one store never post the same one. `Store` inherits these methods.
+two bots on one store never post the same one. The store holds one (``store.outbox``) on its engine.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine, insert, select, update
+from sqlalchemy import Connection, Engine, case, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
 from jobs.store.rows import Notification
+from jobs.store.schema import claim_due_row, read_transaction, write_transaction
 from jobs.store.schema import outbox as t_outbox
-from jobs.store.schema import read_transaction, write_transaction
 
 
 class Outbox:
-    _engine: Engine
-    _clock: Clock
+    def __init__(self, engine: Engine, clock: Clock) -> None:
+        self._engine = engine
+        self._clock = clock
 
     def _write(self) -> AbstractContextManager[Connection]:
         return write_transaction(self._engine)
@@ -62,17 +64,26 @@ class Outbox:
             return False
         return True
 
-    def due_notifications(self, *, limit: int = 20, claim_seconds: float | None = None) -> list[Notification]:
+    def due_notifications(self, *, limit: int = 20, claim_seconds: float | None = None,
+                          ranks: Mapping[str, int] | None = None) -> list[Notification]:
         """Undelivered messages whose next try is due, oldest first.
+
+        With ``ranks`` (kind -> rank, lower first; kinds it does not name after those it does) the most
+        important go first, while each lineage's messages keep their order: a message ranks as the most
+        important of its lineage's due messages from it on, so a job's ending jumps the queue with the state
+        lines before it, and its thread still reads in order.
 
         With `claim_seconds`, each returned message is claimed for that long (its next try moved on by a
         guarded update), so two bot processes delivering from one store never post the same message; a
         claimer that dies leaves it due again once the claim runs out, so nothing is dropped."""
         now = self._now()
+        order: list[Any] = [t_outbox.c.next_try_at, t_outbox.c.id]
+        if ranks:
+            order.insert(0, _lineage_rank(ranks, now))
         query = (
             select(t_outbox)
             .where(t_outbox.c.delivered_at.is_(None), t_outbox.c.next_try_at <= now)
-            .order_by(t_outbox.c.next_try_at, t_outbox.c.id)
+            .order_by(*order)
             .limit(limit)
         )
         with self._read() as conn:
@@ -88,17 +99,18 @@ class Outbox:
         ]
 
     def _claim(self, notification_id: int, seen_next_try: datetime, until: datetime) -> bool:
-        stmt = (
-            update(t_outbox)
-            .where(
-                t_outbox.c.id == notification_id,
-                t_outbox.c.delivered_at.is_(None),
-                t_outbox.c.next_try_at == seen_next_try,
-            )
-            .values(next_try_at=until)
+        return claim_due_row(self._engine, t_outbox.c.id, notification_id, t_outbox.c.delivered_at,
+                             seen_next_try, until)
+
+    def undelivered(self, lineage_ids: list[str]) -> int:
+        """How many messages about these lineages are still owed (due, deferred or being delivered)."""
+        if not lineage_ids:
+            return 0
+        query = select(func.count()).select_from(t_outbox).where(
+            t_outbox.c.delivered_at.is_(None), t_outbox.c.lineage_id.in_(lineage_ids)
         )
-        with self._write() as conn:
-            return conn.execute(stmt).rowcount == 1
+        with self._read() as conn:
+            return int(conn.execute(query).scalar_one())
 
     def mark_delivered(self, notification_id: int) -> None:
         stmt = update(t_outbox).where(t_outbox.c.id == notification_id).values(delivered_at=self._now())
@@ -114,3 +126,18 @@ class Outbox:
         )
         with self._write() as conn:
             conn.execute(stmt)
+
+
+def _lineage_rank(ranks: Mapping[str, int], now: datetime) -> Any:
+    """The rank of the most important due message of the row's lineage from the row on (its own rank when
+    it has no lineage)."""
+    later = t_outbox.alias("later")
+    unnamed = max(ranks.values()) + 1
+    most_important = (
+        select(func.min(case(dict(ranks), value=later.c.kind, else_=unnamed)))
+        .where(later.c.lineage_id == t_outbox.c.lineage_id, later.c.delivered_at.is_(None),
+               later.c.next_try_at <= now, later.c.id >= t_outbox.c.id)
+        .scalar_subquery()
+    )
+    return func.coalesce(most_important, case(dict(ranks), value=t_outbox.c.kind, else_=unnamed))
+

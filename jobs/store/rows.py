@@ -1,4 +1,5 @@
-"""The plain records the store hands out: lineages, attempts, queued notifications, audit entries."""
+"""The store's row mappers (rows to the domain's lineages and attempts) and the records only the store has:
+queued notifications, recorded endings and audit entries."""
 
 from __future__ import annotations
 
@@ -8,58 +9,8 @@ from typing import Any
 
 from sqlalchemy.engine import Row
 
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.lineage import Attempt, AttemptStatus, Lineage, LineageStatus
 from jobs.planning.spec import JobSpec
-
-
-@dataclass(frozen=True)
-class Attempt:
-    lineage_id: str
-    number: int
-    job_name: str  # f"{lineage_id}-{number}"
-    instance_type: str
-    spot: bool
-    status: AttemptStatus
-    remote_status: str
-    secondary_status: str
-    failure_reason: str
-    billable_seconds: int | None
-    training_seconds: int | None
-    metrics: dict[str, float]
-    model_artifacts: str | None
-    resumed_from_step: int | None  # checkpoint step this attempt started from
-    created_at: datetime
-    updated_at: datetime
-    ended_at: datetime | None
-    steps_redone: int | None = None  # steps past that checkpoint the interruption lost, so trained again
-
-
-@dataclass(frozen=True)
-class Lineage:
-    id: str
-    spec: JobSpec
-    backend: str
-    checkpoint_uri: str
-    status: LineageStatus
-    launched_by: str  # Actor.user_id
-    origin: str  # Actor.via
-    channel: str | None  # where its card lives (thread parent)
-    message_ts: str | None
-    schedule: str | None
-    request_id: str | None
-    estimated_usd: float
-    restarts: int  # relaunches so far
-    next_relaunch_at: datetime | None
-    next_instance_type: str | None
-    next_spot: bool | None
-    created_at: datetime
-    updated_at: datetime
-    attempts: tuple[Attempt, ...]  # ordered by number
-    launch_plan: dict[str, Any] | None = None  # LaunchPlan.stored() as approved; None before schema 30
-
-    @property
-    def latest_attempt(self) -> Attempt | None:
-        return self.attempts[-1] if self.attempts else None
 
 
 @dataclass(frozen=True)
@@ -73,6 +24,24 @@ class Notification:
     attempts: int
     next_try_at: datetime
     created_at: datetime
+
+
+@dataclass(frozen=True)
+class Ending:
+    """A lineage's recorded ending and the progress of the steps after it (jobs/endings reads ``steps``)."""
+
+    lineage_id: str
+    outcome: LineageStatus
+    job_name: str | None
+    reason: str
+    facts: dict[str, Any]
+    steps: dict[str, dict[str, Any]]
+    next_try_at: datetime
+    created_at: datetime
+    settled_at: datetime | None
+
+    def done(self, step: str) -> bool:
+        return bool((self.steps.get(step) or {}).get("done_at"))
 
 
 @dataclass(frozen=True)
@@ -106,6 +75,9 @@ def to_attempt(row: Row[Any]) -> Attempt:
         updated_at=row.updated_at,
         ended_at=row.ended_at,
         steps_redone=row.steps_redone,
+        per_device_batch=row.per_device_train_batch_size,
+        accumulation=row.gradient_accumulation_steps,
+        forecast=dict(row.forecast) if row.forecast else None,
     )
 
 
@@ -131,4 +103,18 @@ def to_lineage(row: Row[Any], attempts: tuple[Attempt, ...]) -> Lineage:
         updated_at=row.updated_at,
         attempts=attempts,
         launch_plan=row.launch_plan,
+    )
+
+
+def to_ending(row: Row[Any]) -> Ending:
+    return Ending(
+        lineage_id=row.lineage_id,
+        outcome=LineageStatus(row.outcome),
+        job_name=row.job_name,
+        reason=row.reason or "",
+        facts=dict(row.facts or {}),
+        steps={str(k): dict(v) for k, v in (row.steps or {}).items()},
+        next_try_at=row.next_try_at,
+        created_at=row.created_at,
+        settled_at=row.settled_at,
     )

@@ -1,44 +1,46 @@
 """The job_runs table (Alembic revision 0005): per lineage, its forecast, its latest live progress and, once
 it completed, what it measured. Completed rows are the history later forecasts learn from.
+
+Every /train plan reads that history, on the command's ack path: the process remembers what it read per
+database (``jobs.recent.RecentReads``) for HISTORY_MEMORY_SECONDS, and forgets it whenever a completion is
+recorded through it, so a completed run changes the next plan in the same process at once and in another replica
+within that time.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Float, Index, String, Table, insert, or_, select, update
+from sqlalchemy import Engine, case, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
 from jobs.planning.forecast import HISTORY_RUNS, Forecast, PastRun
 from jobs.planning.spec import JobSpec
-from jobs.store.schema import UTCDateTime, metadata, read_transaction, write_transaction
+from jobs.recent import RecentReads
+from jobs.store.schema import job_runs, read_transaction, write_transaction
 from jobs.store.store import Store
 
-job_runs = Table(
-    "job_runs",
-    metadata,
-    Column("lineage_id", String(64), primary_key=True),
-    # The history key: a forecast learns from runs of the same backend, model, task and instance type.
-    Column("backend", String(32), nullable=False),
-    Column("model", String(300), nullable=False),
-    Column("task", String(64), nullable=False),
-    Column("instance_type", String(64), nullable=False),
-    Column("forecast", JSON, nullable=False),  # Forecast.to_json() of what runs (the local run, locally)
-    Column("predicted_samples_per_second", Float),  # physics alone, what a measurement is compared with
-    Column("measured_samples_per_second", Float),  # the Trainer's train_samples_per_second
-    Column("startup_seconds", Float),  # the attempt's wall time less its training time
-    Column("took_seconds", Float),
-    Column("took_usd", Float),
-    Column("progress", JSON(none_as_null=True)),  # the latest live progress while it runs (jobs.lifecycle.progress)
-    Column("progress_at", UTCDateTime),
-    Column("progress_shown_at", UTCDateTime),  # the progress_at the lineage's card last showed
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("completed_at", UTCDateTime),
-    Index("ix_job_runs_history", "backend", "model", "task", "instance_type", "completed_at"),
-)
+HISTORY_MEMORY_SECONDS = 60.0
+HistoryKey = tuple[str, str, str, str, int]  # backend, model, task, instance type, how many
+
+
+HistoryMemory = RecentReads[HistoryKey, list[PastRun]]
+_MEMORIES: weakref.WeakKeyDictionary[Engine, HistoryMemory] = weakref.WeakKeyDictionary()
+_MEMORIES_LOCK = threading.Lock()
+
+
+def _memory_of(engine: Engine) -> HistoryMemory:
+    """What this process read of one database's history, for a while; forgotten on every completion."""
+    with _MEMORIES_LOCK:
+        memory = _MEMORIES.get(engine)
+        if memory is None:
+            memory = _MEMORIES[engine] = RecentReads(HISTORY_MEMORY_SECONDS)
+        return memory
 
 
 def history_task(spec: JobSpec) -> str:
@@ -58,7 +60,7 @@ class RunHistory:
         values = {
             "lineage_id": lineage_id,
             "backend": backend,
-            "model": spec.model,
+            "model": spec.model_label,
             "task": history_task(spec),
             "instance_type": spec.instance.name,
             "forecast": forecast.to_json(),
@@ -94,16 +96,22 @@ class RunHistory:
             )
         )
         with write_transaction(self._engine) as conn:
-            return conn.execute(stmt).rowcount == 1
+            recorded = conn.execute(stmt).rowcount == 1
+        _memory_of(self._engine).forget()
+        return recorded
 
     def past_runs(self, backend: str, spec: JobSpec, *, limit: int = HISTORY_RUNS) -> list[PastRun]:
         """The newest completed runs of the same backend, model, task and instance type that measured a
-        throughput, newest first."""
+        throughput, newest first (as this process read them in the last minute; see the module)."""
+        key = (backend, spec.model_label, history_task(spec), spec.instance.name, limit)
+        return list(_memory_of(self._engine).get(key, lambda: self._read_past_runs(backend, spec, limit)))
+
+    def _read_past_runs(self, backend: str, spec: JobSpec, limit: int) -> list[PastRun]:
         c = job_runs.c
         query = (
             select(c.predicted_samples_per_second, c.measured_samples_per_second, c.startup_seconds)
             .where(
-                c.backend == backend, c.model == spec.model, c.task == history_task(spec),
+                c.backend == backend, c.model == spec.model_label, c.task == history_task(spec),
                 c.instance_type == spec.instance.name, c.completed_at.is_not(None),
                 c.measured_samples_per_second > 0, c.predicted_samples_per_second > 0,
                 c.startup_seconds.is_not(None),
@@ -135,12 +143,14 @@ class RunHistory:
             return {lid: dict(data) for lid, data in conn.execute(query) if data}
 
     def unshown_progress(self, *, limit: int = 20) -> list[tuple[str, datetime]]:
-        """(lineage, progress_at) of progress newer than its card shows, oldest first."""
+        """(lineage, progress_at) of progress newer than its card shows, the card showing the oldest first
+        (never shown before all): with more cards than redraws, each card's turn comes round in order."""
         c = job_runs.c
         query = (
             select(c.lineage_id, c.progress_at)
             .where(c.progress_at.is_not(None), or_(c.progress_shown_at.is_(None), c.progress_shown_at < c.progress_at))
-            .order_by(c.progress_at, c.lineage_id)
+            .order_by(case((c.progress_shown_at.is_(None), 0), else_=1), c.progress_shown_at, c.progress_at,
+                      c.lineage_id)
             .limit(limit)
         )
         with read_transaction(self._engine) as conn:
@@ -150,6 +160,12 @@ class RunHistory:
         stmt = update(job_runs).where(job_runs.c.lineage_id == lineage_id).values(progress_shown_at=progress_at)
         with write_transaction(self._engine) as conn:
             conn.execute(stmt)
+
+    def mark_current_progress_shown(self, lineage_id: str) -> None:
+        """The card is about to be drawn with the progress stored now (call it before reading that)."""
+        stmt = update(job_runs).where(job_runs.c.lineage_id == lineage_id, job_runs.c.progress_at.is_not(None))
+        with write_transaction(self._engine) as conn:
+            conn.execute(stmt.values(progress_shown_at=job_runs.c.progress_at))
 
     def forecasts_of(self, lineage_ids: Iterable[str]) -> dict[str, Forecast]:
         ids = list(lineage_ids)

@@ -8,26 +8,37 @@ caller learns from the row count whether it won, so two processes never both act
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, MetaData, insert, select, update
+from sqlalchemy import Connection, Engine, MetaData, Table, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
 from jobs.errors import InvalidState, NotFound
-from jobs.lifecycle.state import ATTEMPT_MOVES, LINEAGE_MOVES, AttemptStatus, LineageStatus, Move
+from jobs.lineage import (
+    ATTEMPT_MOVES,
+    LINEAGE_MOVES,
+    Attempt,
+    AttemptStatus,
+    EndingFacts,
+    Lineage,
+    LineageStatus,
+    Move,
+)
 from jobs.planning.spec import JobSpec
 from jobs.records import Actor
+from jobs.store.endings import EndingLog
 from jobs.store.migrate import current_revision, upgrade
 from jobs.store.outbox import Outbox
-from jobs.store.rows import Attempt, AuditEntry, Lineage, Notification, to_attempt, to_lineage
+from jobs.store.rows import AuditEntry, Ending, Notification, to_attempt, to_lineage
 from jobs.store.schema import attempts as t_attempts
 from jobs.store.schema import audit as t_audit
 from jobs.store.schema import lineages as t_lineages
-from jobs.store.schema import make_engine
+from jobs.store.schema import make_engine, read_transaction, write_transaction
 from jobs.store.schema import meta as t_meta
 from jobs.store.schema import metadata as _metadata
 
@@ -43,12 +54,16 @@ class DuplicateLineage(InvalidState):
     """create_lineage met an existing lineage id or request id (a race the caller resolves)."""
 
 
-class Store(Outbox):
-    """Lineages, attempts, the audit trail and meta here; the outbox's methods come from `Outbox`."""
+class Store:
+    """Lineages, attempts, the audit trail and meta; ``outbox`` holds the chat messages owed, on the same
+    database (a change and the message announcing it are written by the same caller, one after the other);
+    ``endings`` holds each ended lineage's facts, written in the very transaction that ends it."""
 
     def __init__(self, url: str, *, clock: Clock) -> None:
         self._clock = clock
         self._engine = make_engine(url)
+        self.outbox = Outbox(self._engine, clock)
+        self.endings = EndingLog(self._engine, clock)
 
     @property
     def engine(self) -> Engine:
@@ -64,10 +79,11 @@ class Store(Outbox):
 
     # -- migrations -------------------------------------------------------------------------------
 
-    def migrate(self) -> list[str]:
+    def migrate(self, *, foreign: Sequence[Table] = ()) -> list[str]:
         """Bring the schema to the newest Alembic revision (jobs/store/migrations), under a lock so two
-        processes starting together migrate once; returns the revisions this call applied."""
-        return upgrade(self._engine)
+        processes starting together migrate once; returns the revisions this call applied. ``foreign``
+        tables (APScheduler's) are created under the same lock: every table exists before a thread starts."""
+        return upgrade(self._engine, foreign=foreign)
 
     def schema_revision(self) -> str | None:
         return current_revision(self._engine)
@@ -163,9 +179,12 @@ class Store(Outbox):
             by_lineage = self._attempts_of(conn, [r.id for r in rows])
             return [to_lineage(r, by_lineage.get(r.id, ())) for r in rows]
 
-    def transition_lineage(self, lineage_id: str, move: Move[LineageStatus], **fields: Any) -> bool:
-        """Carry out ``move`` (jobs.lifecycle.state) only if the status is one of its sources; True when
-        this call did it."""
+    def transition_lineage(
+        self, lineage_id: str, move: Move[LineageStatus], *, ending: EndingFacts | None = None, **fields: Any
+    ) -> bool:
+        """Carry out ``move`` (jobs.lineage) only if the status is one of its sources; True when
+        this call did it. A move into a terminal status records its ``ending`` (why, and on which attempt) in
+        the same transaction: every ended lineage has one, so what follows an ending always happens."""
         _check_move(move, LINEAGE_MOVES)
         values = self._settable(t_lineages, fields)
         values["status"] = move.target.value
@@ -177,6 +196,8 @@ class Store(Outbox):
         )
         with self._write() as conn:
             won = conn.execute(stmt).rowcount == 1
+            if won and move.target.is_terminal():
+                self.endings.record(conn, lineage_id, move.target, ending or EndingFacts(job_name=None))
         log.debug("lineage %s %s (%s -> %s): %s", lineage_id, move.name, statuses, values["status"], won)
         return won
 
@@ -200,9 +221,12 @@ class Store(Outbox):
         instance_type: str,
         spot: bool,
         resumed_from_step: int | None = None,
+        per_device_batch: int | None = None,
+        accumulation: int | None = None,
+        forecast: dict[str, Any] | None = None,
     ) -> Attempt | None:
-        """Record attempt ``number`` as LAUNCHING; None when that number (or job name) already exists,
-        i.e. another process got there first."""
+        """Record attempt ``number`` as LAUNCHING, with the batch settings and forecast of its plan; None
+        when that number (or job name) already exists, i.e. another process got there first."""
         now = self._now()
         job_name = f"{lineage_id}-{number}"
         values = {
@@ -217,6 +241,9 @@ class Store(Outbox):
             "failure_reason": "",
             "metrics": {},
             "resumed_from_step": resumed_from_step,
+            "per_device_train_batch_size": per_device_batch,
+            "gradient_accumulation_steps": accumulation,
+            "forecast": forecast,
             "created_at": now,
             "updated_at": now,
         }
@@ -330,6 +357,15 @@ class Store(Outbox):
 
     # -- helpers ----------------------------------------------------------------------------------
 
+    def _write(self) -> AbstractContextManager[Connection]:
+        return write_transaction(self._engine)
+
+    def _read(self) -> AbstractContextManager[Connection]:
+        return read_transaction(self._engine)
+
+    def _now(self) -> datetime:
+        return self._clock.now()
+
     def _settable(self, table: Any, fields: Mapping[str, Any]) -> dict[str, Any]:
         unknown = set(fields) - {c.name for c in table.columns} | (set(fields) & _FIXED)
         if unknown:
@@ -360,4 +396,4 @@ def _check_move(move: Move[Any], known: tuple[Move[Any], ...]) -> None:
         raise ValueError(f"{move.name!r} is not one of the lifecycle's moves")
 
 
-__all__ = ["Attempt", "AuditEntry", "DuplicateLineage", "Lineage", "Notification", "Store"]
+__all__ = ["Attempt", "AuditEntry", "DuplicateLineage", "Ending", "Lineage", "Notification", "Store"]

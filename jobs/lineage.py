@@ -1,21 +1,28 @@
-"""A lineage's and an attempt's statuses, the table of the moves between them, and one named move per edge.
+"""The domain of a job's life: lineages, attempts, their statuses, and the named moves between statuses.
 
-A *lineage* is what a person launched (one `/train`); an *attempt* is one backend job of it. Every change of
-status is one of the named moves below, and the store carries it out as a guarded update
+A *lineage* is what a person launched (one `/train`); an *attempt* is one backend job of it
+(``<lineage>-<n>``); spot recovery adds attempts to the same lineage, all sharing one checkpoint URI.
+Every change of status is one of the named moves below, and the store carries it out as a guarded update
 (``UPDATE ... WHERE status IN (sources)``): two processes acting on the same snapshot never both move, and
-the loser learns it from the return value. The store refuses any edge that is not in the tables, so a new
+the loser learns it from the return value. The store refuses any move that is not in the tables, so a new
 path through the life of a job has to be added here, where it can be seen (and tested) with all the others.
 
     PENDING ──confirm──▶ RUNNING ──schedule relaunch──▶ RELAUNCHING ──relaunched──▶ RUNNING
        │                   │  ▲                             │  └─(refused, decided again)─┘
        └──── complete / fail / stop / give up ─────────────┴──▶ COMPLETED | FAILED | STOPPED | GAVE_UP
+
+This module is the ground floor: it imports nothing of the core but the spec a lineage carries.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from enum import Enum
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from jobs.planning.spec import JobSpec
 
 
 class LineageStatus(str, Enum):
@@ -109,9 +116,68 @@ ATTEMPT_EDGES: frozenset[tuple[AttemptStatus, AttemptStatus]] = _edges(ATTEMPT_M
 ATTEMPT_ENDING = {"Completed": ATTEMPT_COMPLETED, "Failed": ATTEMPT_FAILED, "Stopped": ATTEMPT_STOPPED}
 
 
-def check_edges(edges: frozenset[tuple[S, S]], sources: tuple[S, ...], target: S) -> None:
-    """A move the table does not allow is a programming error, never a silent no-op."""
-    illegal = [source for source in sources if (source, target) not in edges]
-    if illegal:
-        names = ", ".join(s.value for s in illegal)
-        raise ValueError(f"no move from {names} to {target.value} in the lifecycle's table")
+# -- the records ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    lineage_id: str
+    number: int
+    job_name: str  # f"{lineage_id}-{number}"
+    instance_type: str
+    spot: bool
+    status: AttemptStatus
+    remote_status: str
+    secondary_status: str
+    failure_reason: str
+    billable_seconds: int | None
+    training_seconds: int | None
+    metrics: dict[str, float]
+    model_artifacts: str | None
+    resumed_from_step: int | None  # checkpoint step this attempt started from
+    created_at: datetime
+    updated_at: datetime
+    ended_at: datetime | None
+    steps_redone: int | None = None  # steps past that checkpoint the interruption lost, so trained again
+    # The batch settings it trained with (None: the script's own, or recorded before they were kept).
+    per_device_batch: int | None = None
+    accumulation: int | None = None
+    forecast: dict[str, Any] | None = None  # Forecast.to_json() of the run on its type; None: the lineage's
+
+
+@dataclass(frozen=True)
+class EndingFacts:
+    """Why a lineage ended, as the controller decided it; the store records it in the write that ends the
+    lineage, so an ending is never lost between the move and what follows it (jobs/endings)."""
+
+    job_name: str | None  # the attempt it ended on
+    reason: str = ""  # in words; "" for a completed lineage
+    details: dict[str, Any] = field(default_factory=dict)  # what the steps after it need (JSON)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    id: str
+    spec: JobSpec
+    backend: str
+    checkpoint_uri: str
+    status: LineageStatus
+    launched_by: str  # Actor.user_id
+    origin: str  # Actor.via
+    channel: str | None  # where its card lives (thread parent)
+    message_ts: str | None
+    schedule: str | None
+    request_id: str | None
+    estimated_usd: float
+    restarts: int  # relaunches so far
+    next_relaunch_at: datetime | None
+    next_instance_type: str | None
+    next_spot: bool | None
+    created_at: datetime
+    updated_at: datetime
+    attempts: tuple[Attempt, ...]  # ordered by number
+    launch_plan: dict[str, Any] | None = None  # LaunchPlan.stored() as approved; None before schema 30
+
+    @property
+    def latest_attempt(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
