@@ -13,7 +13,6 @@ Arguments are translated on the command line, before parsing, so that the parser
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import os
 import sys
@@ -38,10 +37,6 @@ _DROPPABLE = {
     "include_inputs_for_metrics",
     "save_safetensors",
 }
-
-
-def training_argument_names(cls: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(cls)}
 
 
 def _split(token: str) -> tuple[str, str | None]:

@@ -41,6 +41,10 @@ class ScriptArguments:
     checkpoint_minutes: Optional[float] = field(
         default=None, metadata={"help": "save a checkpoint at least this often (minutes), besides save_steps"}
     )
+    log_samples: bool = field(
+        default=False,
+        metadata={"help": "print the ids of the examples each step trains, a `[samples]` line a process a step"},
+    )
 
 
 
@@ -89,9 +93,12 @@ def parse_args(argv: Sequence[str], prog: str) -> tuple[ScriptArguments, Any]:
             args += [f"--{name}", *value]
     if "output_dir" not in given:
         args += ["--output_dir", os.environ.get("SM_MODEL_DIR", "output")]
-    if _cpu_only_multiprocess() and not given & {"use_cpu", "no_cuda"}:
-        # accelerate sets up DDP over gloo on a GPU-less machine only when told it is CPU training.
-        args += ["--use_cpu" if "use_cpu" in known else "--no_cuda", "True"]
+    if _cpu_only_multiprocess():
+        if not given & {"use_cpu", "no_cuda"}:
+            # accelerate sets up DDP over gloo on a GPU-less machine only when told it is CPU training.
+            args += ["--use_cpu" if "use_cpu" in known else "--no_cuda", "True"]
+        if "xpu_backend" in known and "xpu_backend" not in given:
+            args += ["--xpu_backend", "gloo"]  # 4.28 refuses CPU DDP without a named backend
     if "do_train" not in given and "do_eval" not in given and "do_predict" not in given:
         args += ["--do_train", "--do_eval"]
     try:

@@ -138,10 +138,11 @@ def run(argv: list[str]) -> int:
         raise script_arguments.UsageError(f"cannot load model {script_args.model_name_or_path}: {exc}") from None
 
     fp = training_args.fp16 or training_args.bf16
-    collator = batches.PadCollator(tokenizer.pad_token_id or 0, pad_to_multiple_of=8 if fp else None)
+    collator = batches.PadCollator(tokenizer.pad_token_id or 0, pad_to_multiple_of=8 if fp else None,
+                                   with_ids=script_args.log_samples)
     MetricPrinter, GracefulStop = trainkit.make_callbacks(transformers)
     graceful = GracefulStop()
-    trainer = transformers.Trainer(
+    trainer = trainkit.in_global_order(transformers.Trainer, log_samples=script_args.log_samples)(
         model=model,
         args=training_args,
         train_dataset=train_ds,

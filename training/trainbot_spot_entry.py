@@ -7,18 +7,29 @@ script saves there when it ends is the final model; SageMaker uploads only ``/op
 copies it there afterwards.
 
 The script runs in this process (``runpy``), not as a child: under torchrun or MPI every rank is this process,
-with the launcher's environment, exactly as if the script had been the entry point. Standard library only.
+with the launcher's environment, exactly as if the script had been the entry point.
+
+The image's toolkit never passes SIGTERM on, so only saves protect a spot job. With ``TRAINBOT_CHECKPOINT_MINUTES``
+set, every transformers Trainer the script builds gets one more callback (the script is not changed): it saves a
+checkpoint whenever that many minutes have passed since the last one, records the furthest step reached beside the
+checkpoints, says on resuming from which checkpoint and how many steps are trained again, and prints ``[progress]``
+lines the bot reads. Standard library only; transformers is imported only when the clock is asked for.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import shutil
 import sys
+import time
 from pathlib import Path
 
 USER_ENTRY_ENV = "TRAINBOT_USER_ENTRY"
+CHECKPOINT_MINUTES_ENV = "TRAINBOT_CHECKPOINT_MINUTES"
+FURTHEST_FILE = "trainbot-furthest-step.json"
+PROGRESS_EVERY_S = 10.0
 DEFAULT_OUTPUT_DIR = "/opt/ml/checkpoints"
 DEFAULT_MODEL_DIR = "/opt/ml/model"
 _RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
@@ -60,6 +71,97 @@ def copy_final_model(source: Path, model_dir: Path) -> list[str]:
     return copied
 
 
+def checkpoint_minutes() -> float | None:
+    try:
+        minutes = float(os.environ.get(CHECKPOINT_MINUTES_ENV, ""))
+    except ValueError:
+        return None
+    return minutes if minutes > 0 else None
+
+
+def furthest_step(folder: Path) -> int | None:
+    try:
+        step = json.loads((folder / FURTHEST_FILE).read_text()).get("step")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
+def record_furthest(folder: Path, step: int) -> None:
+    tmp = folder / (FURTHEST_FILE + ".tmp")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps({"step": step}))
+        os.replace(tmp, folder / FURTHEST_FILE)
+    except OSError:  # a note for the next attempt, never a reason to stop training
+        pass
+
+
+def make_clock_callback(base: type, minutes: float) -> type:
+    """The callback class on the installed ``TrainerCallback``: saves on the clock, resume lines, progress."""
+
+    class SaveOnTheClock(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            self.every_s = minutes * 60.0
+            self.last_save = time.monotonic()
+            self.last_progress = 0.0
+
+        def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
+            self.last_save = time.monotonic()
+            if not state.is_world_process_zero:
+                return control
+            folder = Path(args.output_dir)
+            print(f"[checkpoint] trainbot saves a checkpoint every {minutes:g} min on the clock", flush=True)
+            if state.global_step > 0:  # the Trainer loaded a checkpoint's state before this call
+                print(f"[checkpoint] resuming from {folder / f'checkpoint-{state.global_step}'}", flush=True)
+                reached = furthest_step(folder)
+                if reached is not None and reached >= state.global_step:
+                    redone = reached - state.global_step
+                    print(f"[checkpoint] the interrupted run had reached step {reached}: {redone} steps redone",
+                          flush=True)
+            return control
+
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
+            now = time.monotonic()
+            if now - self.last_save >= self.every_s:
+                control.should_save = True
+                self.last_save = now
+            if not state.is_world_process_zero:
+                return control
+            record_furthest(Path(args.output_dir), state.global_step)
+            logging_steps = max(1, int(getattr(args, "logging_steps", 0) or 0))
+            if (state.global_step % logging_steps == 0 or now - self.last_progress >= PROGRESS_EVERY_S
+                    or state.global_step >= state.max_steps):
+                self.last_progress = now
+                print(f"[progress] step={state.global_step} max_steps={state.max_steps}", flush=True)
+            return control
+
+        def on_save(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
+            self.last_save = time.monotonic()
+            return control
+
+    return SaveOnTheClock
+
+
+def add_clock_to_trainers(minutes: float) -> bool:
+    """Every Trainer built from now on (subclasses too) gets the clock callback; False without transformers."""
+    try:
+        import transformers
+    except ImportError:
+        return False
+    callback = make_clock_callback(transformers.TrainerCallback, minutes)
+    trainer_class = transformers.Trainer
+    original = trainer_class.__init__
+
+    def init_with_clock(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        original(self, *args, **kwargs)
+        if not any(isinstance(cb, callback) for cb in self.callback_handler.callbacks):
+            self.add_callback(callback())
+
+    trainer_class.__init__ = init_with_clock
+    return True
+
+
 def main() -> int:
     script_name = os.environ.get(USER_ENTRY_ENV, "")
     here = Path(__file__).resolve().parent
@@ -68,6 +170,9 @@ def main() -> int:
         print(f"[trainbot] {USER_ENTRY_ENV}={script_name!r} names no script beside {here}", flush=True)
         return 2
     args = sys.argv[1:]
+    minutes = checkpoint_minutes()
+    if minutes is not None and not add_clock_to_trainers(minutes):
+        print("[trainbot] transformers is not installed: no saves on the clock, only the script's own", flush=True)
     sys.argv = [str(script), *args]
     sys.path[0] = str(script.parent)  # the script imports its siblings, as when it is the entry point
     try:

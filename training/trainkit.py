@@ -26,7 +26,7 @@ from typing import Any
 import checkpoints
 import compat
 import metrics_log
-from batches import PadCollator
+from batches import SAMPLE_IDS, GlobalOrderSampler, PadCollator
 from script_arguments import ScriptArguments, UsageError
 
 EXIT_OK = 0
@@ -38,6 +38,91 @@ EXIT_INTERRUPTED = 143
 def make_callbacks(transformers_module: Any) -> tuple[Any, Any]:
     """(metric printer, graceful stop) callback classes, built on the installed TrainerCallback."""
     return metrics_log.make_metric_printer(transformers_module), checkpoints.make_graceful_stop(transformers_module)
+
+
+def in_global_order(trainer_class: type, *, log_samples: bool = False) -> type:
+    """``trainer_class`` training in `GlobalOrderSampler`'s order, so a run resumed on another number of
+    processes (with the same global batch) trains the same examples at every step; with ``log_samples``
+    every process prints `[samples] step=S rank=R ids=...` for each optimizer step."""
+    import transformers
+
+    class EpochOfStep(transformers.TrainerCallback):
+        """Tell the sampler its epoch from the step at each epoch's start: the Trainer's own set_epoch does
+        not reach a sampler behind accelerate's wrappers after the skip of a resumed epoch."""
+
+        def __init__(self, trainer: Any) -> None:
+            self.trainer = trainer
+
+        def on_epoch_begin(self, args, state, control, **kwargs):
+            sampler = self.trainer.global_sampler
+            if sampler is not None:
+                sampler.set_epoch(state.global_step // sampler.steps_per_epoch)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            ids, self.trainer.step_ids = self.trainer.step_ids, []
+            if log_samples:  # one write a line: the processes share the log, and print() writes the end apart
+                sys.stderr.write(f"[samples] step={state.global_step} rank={args.process_index} "
+                                 f"ids={','.join(map(str, ids))}\n")
+                sys.stderr.flush()
+
+    class GlobalOrderTrainer(trainer_class):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # The models' own losses are means over their micro-batch. Transformers 5 sees their **kwargs,
+            # takes them for losses summed over num_items_in_batch, and then neither divides by the
+            # accumulation nor averages over processes: the gradient grows with both (a relaunch on another
+            # count would train another run). Saying they take no loss kwargs restores the plain mean.
+            self.model_accepts_loss_kwargs = False
+            self.global_sampler: GlobalOrderSampler | None = None
+            self.step_ids: list[int] = []
+            self.add_callback(EpochOfStep(self))
+
+        def _get_train_sampler(self, train_dataset: Any = None) -> Any:  # 4.28 takes no argument, 5.x one
+            dataset = self.train_dataset if train_dataset is None else train_dataset
+            args = self.args
+            if _asks_for_another_order(args):
+                if args.process_index == 0:
+                    print("[data] the Trainer's own order is used (group_by_length or train_sampling_strategy): a "
+                          "resume on another number of processes may not continue in the same order",
+                          file=sys.stderr, flush=True)
+                return super()._get_train_sampler(*([] if train_dataset is None else [train_dataset]))
+            seed = args.data_seed if getattr(args, "data_seed", None) is not None else args.seed
+            self.global_sampler = GlobalOrderSampler(
+                len(dataset), args.train_batch_size, args.gradient_accumulation_steps, args.world_size,
+                args.process_index, seed,
+            )
+            return self.global_sampler
+
+        def get_train_dataloader(self) -> Any:
+            loader = super().get_train_dataloader()
+            if self.global_sampler is not None:
+                # accelerate (transformers 4.3x+) deals batches to processes itself; 4.28 leaves it to us.
+                self.global_sampler.shard = self.args.world_size > 1 and not _dealt_by_accelerate(loader)
+            return loader
+
+        def training_step(self, model: Any, inputs: dict, *args: Any, **kwargs: Any) -> Any:
+            ids = inputs.pop(SAMPLE_IDS, None)
+            if ids is not None:
+                self.step_ids.extend(int(i) for i in ids)
+            return super().training_step(model, inputs, *args, **kwargs)
+
+        def prediction_step(self, model: Any, inputs: dict, *args: Any, **kwargs: Any) -> Any:
+            inputs.pop(SAMPLE_IDS, None)
+            return super().prediction_step(model, inputs, *args, **kwargs)
+
+    GlobalOrderTrainer.__name__ = trainer_class.__name__
+    return GlobalOrderTrainer
+
+
+def _asks_for_another_order(args: Any) -> bool:
+    """The run asked for the Trainer's length-grouped order (4.x group_by_length, 5.x train_sampling_strategy)."""
+    return bool(getattr(args, "group_by_length", False)) or getattr(args, "train_sampling_strategy", "random") not in (
+        "random", None)
+
+
+def _dealt_by_accelerate(loader: Any) -> bool:
+    dealer = getattr(loader, "batch_sampler", None)
+    return hasattr(dealer, "num_processes") and hasattr(dealer, "process_index")
 
 
 def load_tokenizer(script_args: ScriptArguments) -> Any:

@@ -14,35 +14,54 @@ at that commit, without ``.git``); ``code/s3/<uri hash>-<etag>/`` (an extracted 
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import posixpath
 import shutil
 import subprocess
-import tarfile
 import tempfile
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from jobs.errors import BackendError, SpecError
+from jobs.backends.archives import ArchiveLimits, ArchiveRefused, copy_tree, megabytes, unpack
+from jobs.errors import BackendError, SpecError, TrainbotError
 from jobs.file_lock import exclusive_lock
 from jobs.planning.own_code import USER_ENTRY_ENV, display, is_full_commit
 
 logger = logging.getLogger(__name__)
 
-GIT_TIMEOUT_S = 300  # a first fetch of a large repository (transformers) takes a while
+#: Every git command of one checkout (the shallow fetch, the fallback fetch of every branch, the archive)
+#: shares this deadline: a host that never answers holds one launch for two minutes, not ten.
+GIT_TIMEOUT_S = 120
 RESOLVE_TIMEOUT_S = 20  # ls-remote runs while a plan card is drawn: a slow host must not hold it for minutes
+MAX_ENTRY_BYTES = 2_000_000  # an entry script is read to say what saves its checkpoints; no script is larger
+#: HTTP(S) transfers slower than this many bytes a second for LOW_SPEED_S seconds are given up by git itself.
+LOW_SPEED_BYTES = 1000
+LOW_SPEED_S = 20
 _HEX = frozenset("0123456789abcdef")
+_DRAIN_BYTES = 1024 * 1024
+#: git's words for a host that did not answer (as opposed to one that refused a shallow fetch of a commit).
+_UNANSWERED = ("took longer", "too slow", "unable to access", "Could not resolve host", "Connection refused",
+               "timed out", "Connection reset", "Empty reply")
 _GIT_ENV = {
     "GIT_TERMINAL_PROMPT": "0",  # never wait for a password
     "GIT_ASKPASS": "true",
     "SSH_ASKPASS": "true",
-    "GIT_SSH_COMMAND": os.environ.get("GIT_SSH_COMMAND", "ssh -o BatchMode=yes"),
+    "GIT_SSH_COMMAND": os.environ.get(
+        "GIT_SSH_COMMAND", "ssh -o BatchMode=yes -o ConnectTimeout=15 -o ServerAliveInterval=15"
+    ),
     "GIT_CONFIG_NOSYSTEM": "1",
 }
+_GIT_OPTIONS = (
+    "-c", "protocol.ext.allow=never",
+    "-c", f"http.lowSpeedLimit={LOW_SPEED_BYTES}",
+    "-c", f"http.lowSpeedTime={LOW_SPEED_S}",
+)
 
 
 def _hash(text: str) -> str:
@@ -57,10 +76,13 @@ def _complete(tree: Path) -> Path:
 class GitCodeSources:
     """`jobs.planning.own_code.CommitResolver` with git, and the cached trees of pinned commits."""
 
-    def __init__(self, home: Path, *, git: str = "git", timeout: float = GIT_TIMEOUT_S) -> None:
+    def __init__(
+        self, home: Path, *, git: str = "git", timeout: float = GIT_TIMEOUT_S, limits: ArchiveLimits | None = None
+    ) -> None:
         self._root = Path(home).resolve() / "code" / "git"
         self._git = git
         self._timeout = timeout
+        self._limits = limits or ArchiveLimits()
 
     # -- resolving ---------------------------------------------------------------------------------
 
@@ -95,12 +117,32 @@ class GitCodeSources:
         repo = self._fetch_cache(url)
         with exclusive_lock(repo.with_suffix(".lock")):
             self._run(["--git-dir", str(repo), "fetch", "--quiet", "--tags", "--", url,
-                       "+refs/heads/*:refs/heads/*"], what=f"fetch {display(url, None)}")
+                       "+refs/heads/*:refs/heads/*"], what=f"fetch {display(url, None)}",
+                      timeout=self._timeout)
         try:
             return self._run(["--git-dir", str(repo), "rev-parse", "--verify", "--quiet", f"{short}^{{commit}}"],
                              what="").strip()
         except BackendError:
             raise SpecError(f"{display(url, None)} has no branch, tag or commit {short!r}.") from None
+
+    # -- reading the entry (jobs.planning.own_code.EntryReader) ----------------------------------------
+
+    def read_entry(self, url: str, commit: str | None, entry: str) -> str | None:
+        """The entry script's text at ``commit`` (from the checkout a launch uses anyway); None when it cannot
+        be read, which leaves the plan saying less, never failing it (a launch fails clearly later)."""
+        if commit is None:
+            return None
+        try:
+            path = self.checkout(url, commit) / entry
+            with path.open("rb") as fh:
+                data = fh.read(MAX_ENTRY_BYTES)
+        except (BackendError, SpecError, OSError) as exc:
+            logger.info("could not read %s at %s: %s", entry, commit, exc)
+            return None
+        return data.decode("utf-8", errors="replace")
+
+    def has_checkout(self, url: str, commit: str) -> bool:
+        return _complete(self._root / _hash(url) / commit).is_file()
 
     # -- checking out ------------------------------------------------------------------------------
 
@@ -110,13 +152,15 @@ class GitCodeSources:
         if _complete(tree).is_file():
             return tree
         repo = self._fetch_cache(url)
+        deadline = time.monotonic() + self._timeout
         with exclusive_lock(repo.with_suffix(".lock")):
             if _complete(tree).is_file():
                 return tree
-            self._fetch_commit(repo, url, commit)
-            archive = self._run_bytes(["--git-dir", str(repo), "archive", "--format=tar", commit],
-                                      what=f"read {display(url, commit)}")
-            _extract_tar(archive, tree)
+            self._fetch_commit(repo, url, commit, deadline)
+            what = f"The code at {display(url, commit)}"
+            with self._streamed(["--git-dir", str(repo), "archive", "--format=tar", commit],
+                                what=f"read {display(url, commit)}", deadline=deadline) as archive:
+                unpack_atomically(archive, tree, self._limits, what=what)
         logger.info("checked out %s into %s", display(url, commit), tree)
         return tree
 
@@ -127,16 +171,19 @@ class GitCodeSources:
             self._run(["init", "--quiet", "--bare", str(repo)], what="prepare the code cache")
         return repo
 
-    def _fetch_commit(self, repo: Path, url: str, commit: str) -> None:
+    def _fetch_commit(self, repo: Path, url: str, commit: str, deadline: float) -> None:
         if self._has_commit(repo, commit):
             return
         what = f"fetch {display(url, commit)}"
         try:  # one commit, shallow: what GitHub and git's own protocol v2 serve for any reachable sha
-            self._run(["--git-dir", str(repo), "fetch", "--quiet", "--depth", "1", "--", url, commit], what=what)
-        except BackendError:
+            self._run(["--git-dir", str(repo), "fetch", "--quiet", "--depth", "1", "--", url, commit], what=what,
+                      timeout=_left(deadline, self._timeout))
+        except BackendError as exc:
+            if time.monotonic() >= deadline or any(word in exc.user_message() for word in _UNANSWERED):
+                raise  # a host that did not answer is not asked a second time
             logger.info("shallow fetch of %s failed; fetching the branches and tags", commit)
             self._run(["--git-dir", str(repo), "fetch", "--quiet", "--tags", "--", url,
-                       "+refs/heads/*:refs/heads/*"], what=what)
+                       "+refs/heads/*:refs/heads/*"], what=what, timeout=_left(deadline, self._timeout))
         if not self._has_commit(repo, commit):
             raise SpecError(f"{display(url, None)} has no commit {commit}: it may have been force-pushed away.")
 
@@ -153,19 +200,63 @@ class GitCodeSources:
         return self._run_bytes(args, what=what, timeout=timeout).decode(errors="replace")
 
     def _run_bytes(self, args: Sequence[str], *, what: str, timeout: float | None = None) -> bytes:
-        argv = [self._git, "-c", "protocol.ext.allow=never", *args]
-        env = {**os.environ, **_GIT_ENV}
-        limit = timeout or self._timeout
+        argv = [self._git, *_GIT_OPTIONS, *args]
+        limit = timeout or RESOLVE_TIMEOUT_S  # local bookkeeping (init, cat-file, rev-parse) is quick
         try:
-            done = subprocess.run(argv, capture_output=True, timeout=limit, env=env, check=False)
+            done = subprocess.run(argv, capture_output=True, timeout=limit, env=_git_env(), check=False)
         except FileNotFoundError:
-            raise BackendError("git is not installed on the bot's machine: install git to run code=git+... jobs.") from None
+            raise _no_git() from None
         except subprocess.TimeoutExpired:
             raise BackendError(f"Could not {what}: git took longer than {limit:.0f} s.") from None
         if done.returncode != 0:
             reason = _reason(done.stderr.decode(errors="replace"))
             raise BackendError(f"Could not {what}: {reason}" if what else reason)
         return done.stdout
+
+    @contextmanager
+    def _streamed(self, args: Sequence[str], *, what: str, deadline: float) -> Iterator[IO[bytes]]:
+        """git's stdout as a stream (``git archive``: never held in memory), killed at the deadline or as soon
+        as the reader gives up; git's own failure is what is raised when it failed."""
+        with tempfile.TemporaryFile() as errors:
+            try:
+                proc = subprocess.Popen([self._git, *_GIT_OPTIONS, *args], stdout=subprocess.PIPE, stderr=errors,
+                                        env=_git_env())
+            except FileNotFoundError:
+                raise _no_git() from None
+            assert proc.stdout is not None
+            watchdog = threading.Timer(_left(deadline, self._timeout), proc.kill)
+            watchdog.start()
+            try:
+                yield proc.stdout
+                proc.stdout.read(_DRAIN_BYTES)  # the archive's zero padding after its end marker
+                code = proc.wait(timeout=_left(deadline, self._timeout))
+            except BaseException:
+                ended = _ended_or_killed(proc)
+                if ended is None or ended == 0:
+                    raise  # the reader refused what git sent (or git was stopped for it)
+                raise self._git_failure(what, ended, errors, deadline) from None
+            finally:
+                watchdog.cancel()
+                proc.stdout.close()
+            if code != 0:
+                raise self._git_failure(what, code, errors, deadline)
+
+    def _git_failure(self, what: str, code: int, errors: IO[bytes], deadline: float) -> BackendError:
+        if code < 0 and time.monotonic() >= deadline:
+            return BackendError(f"Could not {what}: git took longer than {self._timeout:.0f} s.")
+        errors.seek(0)
+        return BackendError(f"Could not {what}: {_reason(errors.read(64 * 1024).decode(errors='replace'))}")
+
+
+def _ended_or_killed(proc: subprocess.Popen[bytes]) -> int | None:
+    """git's exit code when it had ended on its own (a failure that cut the archive short); None when it had
+    to be killed because the reader stopped first."""
+    try:
+        return proc.wait(timeout=0.2)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return None
 
 
 def _reason(stderr: str) -> str:
@@ -177,19 +268,32 @@ def _reason(stderr: str) -> str:
     return text.removeprefix("fatal: ").removeprefix("error: ")
 
 
-def _extract_tar(data: bytes, dest: Path) -> None:
-    """Unpack a tar (git archive, or a team's .tar.gz) into ``dest`` atomically, refusing paths that leave it."""
+def _git_env() -> dict[str, str]:
+    return {**os.environ, **_GIT_ENV}
+
+
+def _left(deadline: float, cap: float) -> float:
+    return max(1.0, min(cap, deadline - time.monotonic()))
+
+
+def _no_git() -> BackendError:
+    return BackendError("git is not installed on the bot's machine: install git to run code=git+... jobs.")
+
+
+def unpack_atomically(source: IO[bytes], dest: Path, limits: ArchiveLimits, *, what: str) -> None:
+    """Unpack the tar arriving on ``source`` (git archive, or a team's .tar.gz) into ``dest`` atomically,
+    every member checked (jobs.backends.archives); a refused archive leaves nothing behind."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".tmp-"))
     try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
-            archive.extractall(tmp, filter="data")  # no absolute paths, no .., no devices or links out
+        unpack(source, tmp / "tree", limits, what=what)
         shutil.rmtree(dest, ignore_errors=True)
-        os.replace(tmp, dest)
+        os.replace(tmp / "tree", dest)
         _complete(dest).write_text("")
-    except (tarfile.TarError, OSError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as exc:
         raise BackendError(f"Could not unpack the code into {dest}: {exc}.") from exc
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- S3 tarballs
@@ -198,9 +302,10 @@ def _extract_tar(data: bytes, dest: Path) -> None:
 class S3Tarballs:
     """Fetches ``s3://BUCKET/KEY.tar.gz`` with a boto3 S3 client and unpacks it (cached by its ETag)."""
 
-    def __init__(self, home: Path, s3_client: Callable[[], Any]) -> None:
+    def __init__(self, home: Path, s3_client: Callable[[], Any], *, limits: ArchiveLimits | None = None) -> None:
         self._root = Path(home).resolve() / "code" / "s3"
         self._client = s3_client  # called on first use: a local run of git code needs no AWS at all
+        self._limits = limits or ArchiveLimits()
 
     def fetch(self, uri: str) -> Path:
         bucket, _, key = uri.removeprefix("s3://").partition("/")
@@ -211,11 +316,19 @@ class S3Tarballs:
             tree = self._root / f"{_hash(uri)}-{etag[:16]}"
             if _complete(tree).is_file():
                 return tree
+            what = f"The code tarball {uri}"
+            size = int(head.get("ContentLength") or 0)
+            if size > self._limits.max_bytes:  # never fetched: even packed it is more than it may unpack to
+                raise ArchiveRefused(f"{what} is {megabytes(size)}, more than the {megabytes(self._limits.max_bytes)} "
+                                     "own code may unpack to (TRAINBOT_CODE_MAX_BYTES).")
             with exclusive_lock(tree.with_suffix(".lock")):
                 if not _complete(tree).is_file():
-                    body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
-                    _extract_tar(body, tree)
-        except BackendError:
+                    body = client.get_object(Bucket=bucket, Key=key)["Body"]  # streamed, never held whole
+                    try:
+                        unpack_atomically(body, tree, self._limits, what=what)
+                    finally:
+                        body.close()
+        except TrainbotError:
             raise
         except Exception as exc:  # botocore's errors: the backend layer names the object and the cause
             raise BackendError(f"Could not fetch the code tarball {uri}: {exc}.") from exc
@@ -242,6 +355,7 @@ class CodeMaterializer:
     home: Path
     git: GitCodeSources
     tarballs: S3Tarballs | None = None
+    limits: ArchiveLimits = field(default_factory=ArchiveLimits)
 
     def runnable(self, estimator: dict[str, Any], *, keep_s3: bool = False) -> RunnableSource:
         """``keep_s3``: an s3:// tarball without extra files is passed on as it is (SageMaker fetches it)."""
@@ -281,11 +395,14 @@ class CodeMaterializer:
         with exclusive_lock(staged.with_suffix(".lock")):
             if not _complete(staged).is_file():
                 tmp = Path(tempfile.mkdtemp(dir=_made(staged.parent), prefix=".tmp-"))
-                shutil.copytree(folder, tmp, dirs_exist_ok=True)
-                for extra in extras:
-                    shutil.copy2(extra, tmp / extra.name)
-                shutil.rmtree(staged, ignore_errors=True)
-                os.replace(tmp, staged)
+                try:
+                    copy_tree(folder, tmp, self.limits, what="The code")  # links refused, never followed
+                    for extra in extras:  # the bot's own files (the spot entry)
+                        shutil.copy2(extra, tmp / extra.name)
+                    shutil.rmtree(staged, ignore_errors=True)
+                    os.replace(tmp, staged)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
                 _complete(staged).write_text("")
         return staged
 

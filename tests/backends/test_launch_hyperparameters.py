@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from jobs.backends.local import LocalBackend
+from jobs.backends.local.training_jobs import LocalBackend
 from jobs.clock import SystemClock
 from jobs.errors import SpecError
 from jobs.planning.grammar import parse_command

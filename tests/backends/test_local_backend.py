@@ -7,26 +7,27 @@ so the suite pays for its start-up once; the spot and failure tests run their ow
 from __future__ import annotations
 
 import json
-import shutil
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
-from jobs.backends.local import LocalBackend
-from jobs.backends.local_runner import SubprocessRunner
-from jobs.backends.local_scaling import LocalLimits, script_arguments
-from jobs.backends.offline_assets import ensure_local_assets
-from jobs.clock import FakeClock, SystemClock
+from jobs.backends.local.offline_assets import LocalAssets
+from jobs.backends.local.runner import SubprocessRunner
+from jobs.backends.local.sandbox import Sandbox
+from jobs.backends.local.scaling import LocalLimits, script_arguments
+from jobs.backends.local.training_jobs import LocalBackend
+from jobs.clock import SystemClock
 from jobs.errors import BadInput, InvalidState, NotFound
 from jobs.planning.grammar import parse_command
 from jobs.planning.plan import LaunchPlan, build_plan
 from jobs.records import RemoteJob, RemoteStatus
+from tests.support.assets import seed_assets
+from tests.support.clock import FakeClock
+from tests.support.waiting import wait_for
 
-JOB_TIMEOUT_S = 300
 pytestmark = pytest.mark.timeout(900)  # two jobs in a row on a busy 2-core machine
 
 
@@ -46,14 +47,6 @@ def plan_for(text: str, lineage: str) -> LaunchPlan:
     return build_plan(parse_command(text), bucket="test-bucket", lineage_id=lineage)
 
 
-def wait_until(check: Callable[[], bool], timeout: float = JOB_TIMEOUT_S, every: float = 0.5) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
-        time.sleep(every)
-
-
 def wait_terminal(backend: LocalBackend, job: str) -> RemoteJob:
     result: list[RemoteJob] = []
 
@@ -62,7 +55,7 @@ def wait_terminal(backend: LocalBackend, job: str) -> RemoteJob:
         return result[0].status.is_terminal()
 
     try:
-        wait_until(ended)
+        wait_for(ended, f"{job} to end", every=0.5)
     except AssertionError:
         raise AssertionError(
             f"{job} did not end; log tail:\n" + "\n".join(backend.log_tail(job, 30))
@@ -70,18 +63,10 @@ def wait_terminal(backend: LocalBackend, job: str) -> RemoteJob:
     return result[0]
 
 
-@pytest.fixture(scope="module")
-def assets_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny BERT and generated data, built once for the module (the backend reuses a READY set)."""
-    home = tmp_path_factory.mktemp("assets-home")
-    ensure_local_assets(home)
-    return home
-
-
 @pytest.fixture
-def home(trainbot_home: Path, assets_home: Path) -> Path:
-    shutil.copytree(assets_home / "assets", trainbot_home / "assets")
-    return trainbot_home
+def home(local_home: Path) -> Path:
+    """A fresh home with the session's tiny BERT and generated data (the backend reuses a READY set)."""
+    return local_home
 
 
 #: Secrets the bot holds; a job's processes must never see them (issue 12, item 2).
@@ -136,9 +121,8 @@ class QaRun:
 
 
 @pytest.fixture(scope="module")
-def qa_run(tmp_path_factory: pytest.TempPathFactory, assets_home: Path) -> Iterator[QaRun]:
-    home = tmp_path_factory.mktemp("qa-home")
-    shutil.copytree(assets_home / "assets", home / "assets")
+def qa_run(tmp_path_factory: pytest.TempPathFactory, local_assets: LocalAssets) -> Iterator[QaRun]:
+    home = seed_assets(tmp_path_factory.mktemp("qa-home"), local_assets)
     runner = RecordingRunner()
     with pytest.MonkeyPatch.context() as patch:
         for name, value in BOT_SECRETS.items():  # the bot's own environment holds secrets
@@ -152,7 +136,7 @@ def qa_run(tmp_path_factory: pytest.TempPathFactory, assets_home: Path) -> Itera
     running: dict[int, dict[str, str]] = {}
     progress = home / "local-jobs" / "qa1-1" / "logs" / "train.log"
     # Read while it trains: the wrapper, `train`, torchrun and both workers.
-    wait_until(lambda: "[progress]" in progress.read_text(), every=0.2)
+    wait_for(lambda: "[progress]" in progress.read_text(), "its first progress line")
     running.update(environments(pid))
     # Watched to the end by a different instance, as a restarted bot would.
     remote = wait_terminal(LocalBackend(home, clock=SystemClock(), offline=True), "qa1-1")
@@ -252,9 +236,10 @@ def test_spot_job_loses_capacity_then_the_next_attempt_resumes(home: Path) -> No
     plan = plan_for("distilbert-spot", "spot1")
     checkpoints = backend.checkpoint_folder(plan.estimator["checkpoint_s3_uri"])
     backend.launch("spot1-1", plan)
-    wait_until(lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")), every=0.05)
+    wait_for(lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")), "a whole checkpoint", every=0.05)
     furthest = checkpoints / "trainbot-furthest-step.json"
-    wait_until(lambda: furthest.is_file() and json.loads(furthest.read_text())["step"] % 10 > 0, every=0.05)
+    wait_for(lambda: furthest.is_file() and json.loads(furthest.read_text())["step"] % 10 > 0,
+             "a step past the checkpoint", every=0.05)
     backend.take_capacity("spot1-1")  # SIGKILL: nothing the script can act on
 
     first = wait_terminal(backend, "spot1-1")
@@ -284,7 +269,7 @@ def test_stopping_a_data_parallel_job_ends_it_stopped_after_a_save(home: Path) -
     plan = plan_for("bert-squad max_steps=100", "stop1")
     checkpoints = backend.checkpoint_folder(plan.estimator["checkpoint_s3_uri"])
     backend.launch("stop1-1", plan)
-    wait_until(lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")), every=0.1)
+    wait_for(lambda: any(checkpoints.glob("checkpoint-*/trainer_state.json")), "a whole checkpoint")
     backend.stop("stop1-1")
     assert backend.describe("stop1-1").status in (RemoteStatus.STOPPING, RemoteStatus.STOPPED)
     remote = wait_terminal(backend, "stop1-1")
@@ -337,21 +322,24 @@ TOOLKIT_NOTE = "runner: sagemaker-training toolkit (the training image's `train`
 
 
 def test_scaling_note_says_what_runs_locally(trainbot_home: Path) -> None:
-    offline = LocalBackend(trainbot_home, clock=SystemClock(), offline=True)
+    offline = LocalBackend(trainbot_home, clock=SystemClock(), offline=True, sandbox=Sandbox("off"))
+    unsandboxed = "isolation: none (TRAINBOT_LOCAL_SANDBOX=off), the job runs with this user's rights"
     assert offline.scaling_note(plan_for("bert-squad", "n1")) == (
         "local: tiny BERT, 200 generated examples, 60 steps, 2 processes; smdistributed data parallel runs as"
-        f" torchrun DDP (gloo); fp16 off on the CPU; {TOOLKIT_NOTE}"
+        f" torchrun DDP (gloo); fp16 off on the CPU; {TOOLKIT_NOTE}; {unsandboxed}"
     )
     assert "smdistributed model parallel runs as torchrun DDP (gloo)" in (
         offline.scaling_note(plan_for("roberta-mnli", "n2")) or ""
     )
     assert offline.scaling_note(plan_for("distilbert-spot", "n3")) == (
-        f"local: tiny BERT, 200 generated examples, 60 steps, 1 process; {TOOLKIT_NOTE}"
+        f"local: tiny BERT, 200 generated examples, 60 steps, 1 process; {TOOLKIT_NOTE}; {unsandboxed}"
     )
     online = LocalBackend(trainbot_home, clock=SystemClock(), offline=False, use_toolkit=False)
+    isolation = ("isolation: bwrap sandbox (own PIDs, host network for the hub, writes only its own folders)"
+                 if Sandbox().problem() is None else f"isolation: none ({Sandbox().problem()}), the job runs with this user's rights")
     assert online.scaling_note(plan_for("distilbert-spot", "n4")) == (
         "local: distilbert-base-uncased, dataset imdb from the hub, 60 steps, 1 process;"
-        " runner: direct (sagemaker-training is not installed here)"
+        f" runner: direct (sagemaker-training is not installed here); {isolation}"
     )
     assert not (trainbot_home / "assets").exists()  # a plan card builds nothing
 
@@ -363,6 +351,15 @@ def test_checkpoint_folders_follow_the_uri(trainbot_home: Path) -> None:
     assert backend.checkpoint_folder("s3://b/trainbot/lin-a/checkpoints") == one
     assert backend.checkpoint_folder("s3://b/trainbot/lin-b/checkpoints") != one
     assert trainbot_home in backend.checkpoint_folder("s3://b/../../etc").parents
+
+
+def test_a_plan_made_without_a_bucket_checkpoints_into_a_plain_folder(trainbot_home: Path) -> None:
+    backend = LocalBackend(trainbot_home, clock=SystemClock(), offline=True)
+    uri = "s3://<TRAINBOT_BUCKET>/trainbot/lin-a/checkpoints"  # a local bot needs no TRAINBOT_BUCKET
+    assert backend.checkpoint_folder(uri) == trainbot_home / "checkpoints" / "trainbot" / "lin-a" / "checkpoints"
+    older = trainbot_home / "checkpoints" / "_TRAINBOT_BUCKET_" / "trainbot" / "lin-b" / "checkpoints"
+    older.mkdir(parents=True)  # a lineage that saved before: it resumes from where it saved
+    assert backend.checkpoint_folder(uri.replace("lin-a", "lin-b")) == older
 
 
 def test_hyperparameters_are_passed_as_sagemaker_does() -> None:
@@ -383,7 +380,7 @@ def test_hyperparameters_are_passed_as_sagemaker_does() -> None:
 def test_the_direct_runner_trains_a_local_train_data_folder_on_the_default_offline_setup(home: Path) -> None:
     """Where the toolkit cannot run, the direct runner: same tree, channels, SM_* variables and arguments.
     The data is the person's own folder (string labels), the model the offline tiny BERT."""
-    from jobs.backends.offline_assets import write_imdb_jsonl
+    from jobs.backends.local.offline_assets import write_imdb_jsonl
 
     data = home / "data" / "reviews"
     write_imdb_jsonl(data / "train", 200, seed=11)
@@ -400,6 +397,7 @@ def test_the_direct_runner_trains_a_local_train_data_folder_on_the_default_offli
     job = home / "local-jobs" / "own1-1"
     assert str(job / "code" / "train_classification.py") in argv[argv.index("--"):]  # unpacked sourcedir
     assert env["SM_CHANNEL_TRAIN"] == str(job / "input/data/train")
-    assert (job / "input/data/train").resolve() == (data / "train").resolve()
+    channel, source = job / "input/data/train", data / "train"  # a copy, as File mode downloads it
+    assert not channel.is_symlink() and sorted(p.name for p in channel.iterdir()) == sorted(p.name for p in source.iterdir())
     config = json.loads((Path(remote.model_artifacts or "") / "config.json").read_text())
     assert config["id2label"] == {"0": "neg", "1": "pos"}  # the data's label names, kept

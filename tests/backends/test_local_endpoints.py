@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,20 +14,22 @@ from typing import Any
 
 import pytest
 
-from jobs.backends.local import LocalBackend
-from jobs.backends.local_endpoints import LocalEndpoints
-from jobs.backends.local_scaling import LocalLimits
-from jobs.backends.offline_assets import ensure_local_assets
+from jobs.backends.local.endpoints import LocalEndpoints
+from jobs.backends.local.offline_assets import LocalAssets, ensure_local_assets
+from jobs.backends.local.scaling import LocalLimits
+from jobs.backends.local.training_jobs import LocalBackend
 from jobs.clock import SystemClock
 from jobs.endpoints.port import DeployRequest, EndpointStatus
 from jobs.endpoints.service import EndpointService
 from jobs.errors import BadInput, NotFound
 from jobs.lifecycle.service import JobService
-from jobs.lifecycle.state import LineageStatus
 from jobs.lifecycle.watcher import Watcher
+from jobs.lineage import LineageStatus
 from jobs.records import Actor, RemoteStatus
 from jobs.settings import Settings
 from jobs.store.store import Store
+from tests.support.assets import seed_assets
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -58,16 +59,9 @@ class Deployed:
     test_rows: list[dict[str, Any]]
 
 
-def _wait(predicate: Any, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.25)
-
-
 @pytest.fixture(scope="module")
-def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
-    home = tmp_path_factory.mktemp("local-endpoints")
+def deployed(tmp_path_factory: pytest.TempPathFactory, local_assets: LocalAssets) -> Iterator[Deployed]:
+    home = seed_assets(tmp_path_factory.mktemp("local-endpoints"), local_assets)
     clock = SystemClock()
     store = Store(f"sqlite:///{home / 'trainbot.db'}", clock=clock)
     store.migrate()
@@ -76,7 +70,7 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
     jobs = JobService(store=store, backend=training, settings=settings, clock=clock)
     lineage = jobs.launch("bert-squad distribution=none instances=1 instance_type=ml.p3.2xlarge", actor=ALICE)
     job = f"{lineage.id}-1"
-    _wait(lambda: training.describe(job).status.is_terminal(), 120, "the local training job")
+    wait_for(lambda: training.describe(job).status.is_terminal(), "the local training job")
     assert training.describe(job).status is RemoteStatus.COMPLETED, training.log_tail(job, 20)
     Watcher(store, training, clock, settings).poll_once()
     service = EndpointService(
@@ -86,11 +80,8 @@ def deployed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployed]:
         for variable, value in BOT_SECRETS.items():
             patch.setenv(variable, value)
         name = service.deploy(lineage.id, options={}, actor=ALICE).name
-    _wait(
-        lambda: service.get(name).status is not EndpointStatus.CREATING or bool(service.poll_once().ready),
-        60,
-        "the endpoint",
-    )
+    wait_for(lambda: service.get(name).status is not EndpointStatus.CREATING or bool(service.poll_once().ready),
+             "the endpoint")
     assets = ensure_local_assets(home)
     rows = [json.loads(line) for line in next(assets.squad_test.glob("*.jsonl")).read_text().splitlines()]
     yield Deployed(home, store, service, name, lineage.id, rows)
@@ -127,7 +118,7 @@ def test_the_trained_model_is_served_and_answers_questions_from_its_data(deploye
 
 
 def test_the_ready_message_gives_a_loopback_url_that_answers_the_curl_body(deployed: Deployed) -> None:
-    [note] = [n for n in deployed.store.due_notifications(limit=100) if n.kind == "endpoint_ready"]
+    [note] = [n for n in deployed.store.outbox.due_notifications(limit=100) if n.kind == "endpoint_ready"]
     url = note.payload["invocation_url"]
     assert url.startswith("http://127.0.0.1:") and url.endswith("/invocations") and url in note.payload["cli"]
     import urllib.request
@@ -160,7 +151,7 @@ def test_undeploy_ends_the_process_and_removes_its_folder(deployed: Deployed) ->
     pid = json.loads((folder / "endpoint.json").read_text())["pid"]
     deployed.service.undeploy(deployed.name, actor=ALICE)
     assert not folder.exists()
-    _wait(lambda: not _running(pid), 10, "the server process to end")
+    wait_for(lambda: not _running(pid), "the server process to end")
     with pytest.raises(NotFound):
         deployed.service.predict(deployed.name, {"text": "x"}, actor=ALICE)
 
@@ -181,7 +172,7 @@ def test_a_server_that_dies_at_start_is_reported_failed_with_its_log(tmp_path: P
             instance_count=1,
         )
     )
-    _wait(lambda: backend.describe("dies").status != "Creating", 10, "the failure")
+    wait_for(lambda: backend.describe("dies").status != "Creating", "the failure")
     remote = backend.describe("dies")
     assert remote.failed and "exited" in remote.failure_reason and "server.log" in remote.failure_reason
     backend.delete("dies")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jobs.backends.local import LocalBackend
+from jobs.backends.local.training_jobs import LocalBackend
 from jobs.clock import SystemClock
 from jobs.lifecycle import events
 from jobs.planning.grammar import parse_command
@@ -17,7 +17,8 @@ from tests.backends.test_local_backend import wait_terminal
 SECRET = "AKIAZ7QW3EXAMPLE9SECRET"
 
 
-def test_a_poisoned_record_is_summarised_in_what_the_watcher_posts(trainbot_home: Path) -> None:
+def test_a_poisoned_record_is_summarised_in_what_the_watcher_posts(local_home: Path) -> None:
+    trainbot_home = local_home
     data = trainbot_home / "data" / "reviews"
     data.mkdir(parents=True)
     good = json.dumps({"text": "a fine film", "label": 1})

@@ -19,17 +19,17 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.backends import get_backend
 
-from jobs.backends.sagemaker_endpoints import SageMakerEndpoints, remember_valid_configs
-from jobs.clock import FakeClock
+from jobs.backends.sagemaker.endpoints import SageMakerEndpoints, remember_valid_configs
 from jobs.endpoints.port import EndpointStatus
 from jobs.endpoints.service import EndpointService
 from jobs.errors import ConfigError
 from jobs.lifecycle.service import JobService
-from jobs.lifecycle.state import LineageStatus
 from jobs.lifecycle.watcher import Watcher
+from jobs.lineage import LineageStatus
 from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
+from tests.support.clock import FakeClock
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
     ACCOUNT_ID,
     REGION,
@@ -69,7 +69,7 @@ class Rig:
         return found[-1]
 
     def notes(self, kind: str) -> list[dict[str, Any]]:
-        return [n.payload for n in self.store.due_notifications(limit=500) if n.kind == kind]
+        return [n.payload for n in self.store.outbox.due_notifications(limit=500) if n.kind == kind]
 
 
 @pytest.fixture(scope="module")

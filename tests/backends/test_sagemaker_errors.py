@@ -8,8 +8,8 @@ import time
 import pytest
 from botocore.exceptions import ClientError
 
-from jobs.backends.aws_errors import AwsContext, translate
-from jobs.backends.sagemaker import SageMakerBackend
+from jobs.backends.sagemaker.errors import AwsContext, translate
+from jobs.backends.sagemaker.training_jobs import SageMakerBackend
 from jobs.errors import BackendError, BackendUnavailable, CapacityError, ConfigError, NotFound, SpecError
 from tests.support.moto_server import (
     CallRecorder,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.sagemaker_events import (
+from jobs.backends.sagemaker.events import (
     DEFAULT_QUEUE,
     EVENT_PATTERN,
     RULE_NAME,
@@ -73,9 +73,17 @@ def test_a_put_event_comes_out_of_the_queue_as_a_notice_and_is_gone_once_deleted
 
 def test_a_message_that_is_not_a_sagemaker_change_is_an_other_notice(moto_aws: MotoAws) -> None:
     done = setup_events(moto_aws.boto_session(), queue_name="trainbot-odd", region=moto_aws.region)
-    moto_aws.client("sqs").send_message(QueueUrl=done.queue_url, MessageBody="not json")
+    moto_aws.client("sqs").send_message(QueueUrl=done.queue_url, MessageBody='{"source": "aws.ec2"}')
     [notice] = EventQueue(moto_aws.boto_session(), done.queue_url).receive(wait_seconds=1)
     assert notice == ChangeNotice("other", "", notice.receipt) and notice.receipt
+
+
+def test_a_message_that_cannot_be_read_is_an_unreadable_notice(moto_aws: MotoAws) -> None:
+    """Kept, not deleted: SQS moves it to the dead-letter queue (tests/security/test_events_queue.py)."""
+    done = setup_events(moto_aws.boto_session(), queue_name="trainbot-odd", region=moto_aws.region)
+    moto_aws.client("sqs").send_message(QueueUrl=done.queue_url, MessageBody="not json")
+    [notice] = EventQueue(moto_aws.boto_session(), done.queue_url).receive(wait_seconds=1)
+    assert notice == ChangeNotice("unreadable", "", notice.receipt)
 
 
 def test_a_queue_name_that_does_not_exist_is_one_sentence(moto_aws: MotoAws) -> None:

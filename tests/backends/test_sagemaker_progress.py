@@ -14,8 +14,8 @@ import pytest
 
 from handlers.context import Services
 from handlers.notify import deliver_due
-from jobs.backends.sagemaker import METRIC_NAMESPACE, SageMakerBackend
-from jobs.backends.sagemaker_progress import MAX_QUERIES_PER_CALL
+from jobs.backends.sagemaker.progress import MAX_QUERIES_PER_CALL
+from jobs.backends.sagemaker.training_jobs import METRIC_NAMESPACE, SageMakerBackend
 from jobs.clock import SystemClock
 from jobs.lifecycle.progress import ProgressTracker
 from jobs.lifecycle.service import JobService
@@ -101,7 +101,7 @@ def test_many_jobs_take_few_calls_and_every_loss_is_read_within_two_updates(moto
 
 
 def test_the_number_of_calls_per_update() -> None:
-    from jobs.backends.sagemaker_progress import ProgressReader
+    from jobs.backends.sagemaker.progress import ProgressReader
 
     reader = ProgressReader(cloudwatch=None, clock=SystemClock())
     calls = {jobs: -(-reader.queries_for(jobs) // MAX_QUERIES_PER_CALL) for jobs in (1, 250, 251, 500, 1000)}

@@ -9,11 +9,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from moto.backends import get_backend
 
-from jobs.backends.sagemaker import LOG_GROUP, METRIC_NAMESPACE, SageMakerBackend
-from jobs.clock import FakeClock
+from jobs.backends.sagemaker.training_jobs import LOG_GROUP, METRIC_NAMESPACE, SageMakerBackend
 from jobs.errors import BackendError, NotFound
 from jobs.records import MetricPoint, RemoteStatus
 from jobs.settings import Settings
+from tests.support.clock import FakeClock
 from tests.support.moto_server import (
     ACCOUNT_ID,
     REGION,
@@ -170,7 +170,7 @@ def test_host_log_tails_label_each_host_of_a_multi_instance_job(backend: SageMak
 
 
 def test_a_host_with_several_streams_keeps_each_streams_suffix() -> None:
-    from jobs.backends.sagemaker import host_labels
+    from jobs.backends.sagemaker.training_jobs import host_labels
 
     streams = ["j-1/algo-1-1700000000", "j-1/algo-1-1700000900", "j-1/algo-2-1700000000"]
     assert host_labels("j-1", streams) == {
@@ -247,7 +247,8 @@ def test_from_settings_uses_the_role_bucket_and_region(moto_aws: MotoAws) -> Non
 
 
 def test_the_sdk_session_has_telemetry_off_and_the_bucket(moto_aws: MotoAws) -> None:
-    from jobs.backends.sagemaker_session import build_sdk_session, client_config
+    from jobs.backends.aws_session import client_config
+    from jobs.backends.sagemaker.session import build_sdk_session
 
     session = build_sdk_session(moto_aws.boto_session(), bucket=moto_aws.bucket, config=client_config())
     from sagemaker.config.config_schema import TELEMETRY_OPT_OUT_PATH  # after the session: quietly imported

@@ -12,21 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.offline_assets import LocalAssets, ensure_local_assets
+from jobs.backends.local.offline_assets import LocalAssets
+from jobs.backends.local.runtime import Runtime
 from tests.support.moto_server import moto_aws_module, moto_server  # noqa: F401 (fixtures: test_transformers4)
 
 TRAINING_DIR = Path(__file__).resolve().parents[2] / "training"
 if str(TRAINING_DIR) not in sys.path:  # the scripts import their siblings as top-level modules
     sys.path.insert(0, str(TRAINING_DIR))
 
-#: The second virtual environment with the oldest transformers the launcher targets (the containers').
-VENV_TF4 = TRAINING_DIR.parent / ".venv-tf4"
-PACKAGES_TF4 = [
-    "torch==2.13.0", "transformers==4.28.1", "numpy<2", "accelerate<1", "safetensors",
-    # The code inside the Hugging Face images: the training toolkit and its PyTorch entry point, and the
-    # inference toolkit's pieces (sagemaker-inference, multi-model-server's `mms` Python package).
-    "sagemaker-training>=5,<6", "sagemaker-pytorch-training>=3,<4", "sagemaker-inference", "multi-model-server",
-]
+#: What the transformers-4 checks need beyond the image's own packages: safetensors (the scripts' compat layer
+#: saves it), and the inference toolkit's pieces (sagemaker-inference, multi-model-server's `mms` Python package)
+#: to serve the trained model as the inference image does.
+TEST_EXTRAS_TF4 = ["safetensors", "sagemaker-inference", "multi-model-server"]
 #: Installed with --no-deps: its hard dependencies are audio libraries (librosa, phonemizer) it does not
 #: need for text models.
 NO_DEPS_TF4 = ["sagemaker-huggingface-inference-toolkit>=2,<3"]
@@ -37,21 +34,22 @@ CLS_FAST = ["--max_seq_length", "64", "--per_device_train_batch_size", "32"]
 
 
 @pytest.fixture(scope="session")
-def assets(tmp_path_factory: pytest.TempPathFactory) -> LocalAssets:
-    return ensure_local_assets(tmp_path_factory.mktemp("trainbot-home"))
+def assets(local_assets: LocalAssets) -> LocalAssets:
+    """The session's tiny BERT and generated channels (tests/conftest.py), shared with the backend tests."""
+    return local_assets
 
 
 @pytest.fixture(scope="session")
-def python4() -> Path:
-    """The interpreter of `.venv-tf4` (transformers 4.28.1), made once and kept."""
-    python = VENV_TF4 / "bin" / "python"
-    ready = VENV_TF4 / "trainbot-ready.json"
-    if not ready.exists() or json.loads(ready.read_text()) != PACKAGES_TF4 + NO_DEPS_TF4:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(VENV_TF4)], check=True)
-        subprocess.run([str(python), "-m", "pip", "install", "-q", *PACKAGES_TF4], check=True, timeout=900)
+def python4(image_runtime: Runtime) -> Path:
+    """The interpreter of the product's transformers 4.28.1 image runtime (tests/support/runtimes.py, built once
+    a session), with the test-only extras above on top (once)."""
+    python = image_runtime.python
+    ready = image_runtime.prefix / "trainbot-test-extras.json"
+    if not ready.exists() or json.loads(ready.read_text()) != TEST_EXTRAS_TF4 + NO_DEPS_TF4:
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *TEST_EXTRAS_TF4], check=True, timeout=900)
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", *NO_DEPS_TF4], check=True,
                        timeout=300)
-        ready.write_text(json.dumps(PACKAGES_TF4 + NO_DEPS_TF4))
+        ready.write_text(json.dumps(TEST_EXTRAS_TF4 + NO_DEPS_TF4))
     version = subprocess.run([str(python), "-c", "import transformers; print(transformers.__version__)"],
                              capture_output=True, text=True, check=True).stdout.strip()
     assert version == "4.28.1"

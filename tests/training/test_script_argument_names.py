@@ -1,5 +1,5 @@
 """jobs/planning/data/script_arguments.json is what tools/list_script_arguments.py reads from the real
-dataclasses today, on transformers 5 (this venv) and 4.28.1 (`.venv-tf4`): jobs/ checks hp.NAME against
+dataclasses today, on transformers 5 (this venv) and 4.28.1 (the 4.28.1 image runtime, tests/support/runtimes.py): jobs/ checks hp.NAME against
 it without importing either, so a stale file would refuse a real argument or pass a removed one."""
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_the_file_matches_transformers_5() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1500)  # the first test to ask for `.venv-tf4` builds it (pip, up to 900 + 300 s)
+@pytest.mark.timeout(1500)  # the first test to ask for the image runtime builds it (pip)
 def test_the_file_matches_transformers_4_28(python4: Path) -> None:
     entry = listed_by(python4)
     assert entry["transformers"] == "4.28.1"

@@ -1,8 +1,9 @@
 """The training scripts on the oldest transformers the launcher targets: 4.28.1, the version of the
 smdistributed data-parallel containers. The rest of the suite runs them on transformers 5.
 
-A second virtual environment (`.venv-tf4`, made once and kept, ignored by git; the `python4` fixture of
-conftest.py) holds transformers 4.28.1 and the SageMaker container toolkits beside the same CPU torch; the
+The product's image runtime for transformers 4.28.1 (jobs/backends/local/runtime.py, built once a session by
+tests/support/runtimes.py; the `python4` fixture of conftest.py adds the inference toolkit) holds the image's
+packages and the SageMaker training toolkit beside the same CPU torch; the
 tiny model is built there too, since a tokenizer saved by transformers 5 names a class 4.28 does not have.
 Under torch >= 2.6 (all this machine has) 4.28's Trainer cannot read its own RNG state file (the
 containers' PyTorch 2.0 can): the resume test restores torch's old load default.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -20,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from jobs.backends import local_container
-from jobs.backends.local_environment import base_environment
-from jobs.backends.local_state import JobFolder
+from jobs.backends.local import container as local_container
+from jobs.backends.local.environment import base_environment
+from jobs.backends.local.state import JobFolder
 from jobs.planning.cadence import cadence_for_steps
 from jobs.planning.plan import METRIC_DEFINITIONS
 from tests.training.conftest import TRAINING_DIR, script_env
@@ -33,7 +35,7 @@ ROOT = TRAINING_DIR.parent
 @pytest.fixture(scope="module")
 def assets4(python4: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("home-tf4")
-    build = ("from pathlib import Path; from jobs.backends.offline_assets import ensure_local_assets; "
+    build = ("from pathlib import Path; from jobs.backends.local.offline_assets import ensure_local_assets; "
              f"print(ensure_local_assets(Path({str(home)!r})).root)")
     done = subprocess.run([str(python4), "-c", build], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                           capture_output=True, text=True, timeout=300, check=False)
@@ -101,7 +103,7 @@ def test_sigterm_saves_and_exits_143_on_transformers_4(python4: Path, assets4: P
 # ------------------------------------------------------------------ through the images' toolkits
 
 
-def toolkit_job(root: Path, name: str, assets: Path, checkpoints: Path, **hps: object) -> JobFolder:
+def toolkit_job(root: Path, name: str, assets: Path, checkpoints: Path, processes: int = 1, **hps: object) -> JobFolder:
     """An /opt/ml tree as the local backend lays it out: config, channels, the sourcedir archive."""
     folder = JobFolder(root, name)
     for path in (folder.model_dir, folder.output_dir, folder.log_path.parent):
@@ -113,12 +115,12 @@ def toolkit_job(root: Path, name: str, assets: Path, checkpoints: Path, **hps: o
             "max_train_samples": 400, "max_eval_samples": 50}
     local_container.write_container_config(
         folder, hyperparameters={**base, **hps}, channels={"train": assets / "imdb/train", "test": assets / "imdb/test"},
-        entry_point="train_classification.py", instance_type="ml.p3.2xlarge", processes=1)
+        entry_point="train_classification.py", instance_type="ml.p3.2xlarge", processes=processes)
     return folder
 
 
-def start_train(python: Path, folder: JobFolder, **extra: str) -> subprocess.Popen[bytes]:
-    env = local_container.toolkit_environment(base_environment(str(python)), folder, processes=1)
+def start_train(python: Path, folder: JobFolder, processes: int = 1, **extra: str) -> subprocess.Popen[bytes]:
+    env = local_container.toolkit_environment(base_environment(str(python)), folder, processes=processes)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", **extra)
     with folder.log_path.open("ab") as log:
         return subprocess.Popen([str(python.parent / "train")], env=env, cwd=folder.path, stdout=log,
@@ -209,6 +211,52 @@ def test_a_kill_without_sigterm_resumes_from_the_last_checkpoint_on_disk(
     metrics = json.loads((second.output_dir / "metrics.json").read_text())
     assert metrics["train_loss"] == pytest.approx(whole)  # the lineage's mean, not this process's
     # (4.28's own figure divides this process's losses by all the steps: about (total - saved) / total of it.)
+
+
+def samples_per_step(log: str) -> dict[int, list[int]]:
+    """{step: the ids every process trained that step, sorted} from a log's `[samples]` lines."""
+    import re
+
+    steps: dict[int, list[int]] = {}
+    for step, ids in re.findall(r"\[samples\] step=(\d+) rank=\d+ ids=([\d,]+)", log):
+        steps.setdefault(int(step), []).extend(int(i) for i in ids.split(","))
+    return {step: sorted(ids) for step, ids in steps.items()}
+
+
+@pytest.mark.timeout(900)
+def test_a_resume_on_twice_the_processes_trains_the_same_samples_on_transformers_4(
+    python4: Path, assets4: Path, tmp_path: Path
+) -> None:
+    """The 4.28 line of tests/training/test_relaunch_global_batch.py, shorter: 40 steps, killed once its
+    step-20 checkpoint is on disk, resumed under the toolkit's torchrun on 2 processes at half the batch."""
+    hps = {"max_steps": 40, "save_steps": 10, "logging_steps": 5, "log_samples": True, "seed": 7}
+    steady = toolkit_job(tmp_path, "steady-1", assets4, tmp_path / "ckpt-steady", per_device_train_batch_size=32, **hps)
+    checkpoints = tmp_path / "ckpt"
+    first = toolkit_job(tmp_path, "moved-1", assets4, checkpoints, per_device_train_batch_size=32, **hps)
+    uninterrupted, process = start_train(python4, steady), start_train(python4, first)
+    deadline = time.monotonic() + 240
+    while not (checkpoints / "checkpoint-20" / "trainer_state.json").is_file() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    for later in checkpoints.glob("checkpoint-*"):  # killed at 20: a save past it never happened
+        if int(later.name.split("-")[1]) > 20:
+            shutil.rmtree(later)
+    second = toolkit_job(tmp_path, "moved-2", assets4, checkpoints, processes=2, per_device_train_batch_size=16, **hps)
+    resumed = start_train(python4, second, processes=2, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    assert uninterrupted.wait(timeout=600) == 0, steady.log_path.read_text()[-3000:]
+    assert resumed.wait(timeout=600) == 0, second.log_path.read_text()[-3000:]
+    assert "resuming from" in second.log_path.read_text()
+
+    expected = samples_per_step(steady.log_path.read_text())
+    assert sorted(expected) == list(range(1, 41)) and all(len(ids) == 32 for ids in expected.values())
+    seen = {**samples_per_step(first.log_path.read_text()), **samples_per_step(second.log_path.read_text())}
+    assert {step: seen[step] for step in range(1, 41)} == expected
+    losses = [json.loads((job.output_dir / "metrics.json").read_text())["train_loss"] for job in (steady, second)]
+    print(f"[relaunch, transformers 4.28] train_loss uninterrupted {losses[0]:.5f}, relaunched on 2 processes "
+          f"{losses[1]:.5f} ({(losses[1] - losses[0]) / losses[0]:+.2%})")
+    assert losses[0] < 0.67  # it learned something (chance is 0.69): the comparison means something
+    assert losses[1] == pytest.approx(losses[0], rel=0.02)
 
 
 def test_roberta_mnli_arguments_as_sent_to_sagemaker_parse_on_transformers_4(

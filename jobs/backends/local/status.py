@@ -18,20 +18,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from datetime import datetime
-from pathlib import Path
 
-from jobs.backends import local_state
-from jobs.backends.local_code import metric_scanner
-from jobs.backends.local_state import JobFolder, JobState
-from jobs.planning.metrics import MetricScanner
+from jobs.backends.local import state as local_state
+from jobs.backends.local.log_scan import LogScan, scan
+from jobs.backends.local.state import JobFolder, JobState
+from jobs.planning.patterns import capped, linear
 from jobs.records import MetricPoint, MetricSeries, RemoteJob, RemoteStatus, StatusTransition
-
-#: What training/ prints when it picks a checkpoint up (the step is the checkpoint folder's number).
-_RESUMED = re.compile(r"\[checkpoint\] resuming from .*checkpoint-(\d+)")
-#: ... and how far the interrupted attempt had got past it (the steps trained again).
-_REDONE = re.compile(r"\[checkpoint\] the interrupted run had reached step \d+: (\d+) steps? redone")
 
 #: Billable share of a spot job's training time (managed spot typically saves 60-90%).
 SPOT_BILLABLE_FRACTION = 0.3
@@ -92,9 +85,27 @@ def ended_status(folder: JobFolder, state: JobState) -> tuple[str, str]:
     cause = end_cause(state)
     if cause is not None:
         return RemoteStatus.STOPPED.value, STOP_SECONDARY[cause]
-    error = local_state.last_error_line(local_state.tail_lines(folder.log_path, 200))
-    state.failure_reason = f"AlgorithmError: {error}"
+    tail = local_state.tail_lines(folder.log_path, 200)
+    state.failure_reason = f"AlgorithmError: {_no_gpu_reason(tail) or local_state.last_error_line(tail)}"
     return RemoteStatus.FAILED.value, "Failed"
+
+
+#: transformers' refusals of half precision without a GPU (4.x: "... can only be used on CUDA devices").
+_NO_GPU = linear(r"(?i)(fp16|bf16)\S*\) .{0,120}can only be used on CUDA|setup doesn't support (bf16)")
+NO_GPU_REASON = (
+    "the script turned on {kind} (half precision), which needs a GPU, and this machine has none: run it locally "
+    "with {kind} off (hp.{kind}=false, where the script reads \"False\" as false; argparse type=bool reads any "
+    "value as True), or on SageMaker"
+)
+
+
+def _no_gpu_reason(lines: list[str]) -> str | None:
+    """One sentence for a script that insists on half precision on this CPU, instead of transformers' own."""
+    for line in reversed(lines):
+        match = _NO_GPU.search(capped(line))
+        if match:
+            return NO_GPU_REASON.format(kind=(match.group(1) or match.group(2)).lower())
+    return None
 
 
 def vanished_status(state: JobState, now: datetime) -> tuple[str, str]:
@@ -132,6 +143,7 @@ def remote_job(folder: JobFolder, state: JobState) -> RemoteJob:
     if status.is_terminal() and state.wall_seconds is not None:
         training = max(1, math.ceil(state.wall_seconds))
         billable = max(1, math.ceil(training * SPOT_BILLABLE_FRACTION)) if state.spot else training
+    read = scan(folder)  # once: the metrics and the resume lines come from the same look at the log
     return RemoteJob(
         name=state.name,
         status=status,
@@ -140,10 +152,10 @@ def remote_job(folder: JobFolder, state: JobState) -> RemoteJob:
         failure_reason=state.failure_reason,
         billable_seconds=billable,
         training_seconds=training,
-        final_metrics=final_metrics(folder),
+        final_metrics=final_metrics(folder, read),
         model_artifacts=_model_artifacts(folder, status),
-        resumed_from_step=resumed_from_step(folder),
-        steps_redone=steps_redone(folder),
+        resumed_from_step=read.resumed_from_step,
+        steps_redone=read.steps_redone,
         instance_type=state.instance_type,
         instance_count=state.instance_count,
         spot=state.spot,
@@ -156,30 +168,19 @@ def remote_job(folder: JobFolder, state: JobState) -> RemoteJob:
 
 def resumed_from_step(folder: JobFolder) -> int | None:
     """The checkpoint step the job resumed from, as the training script's log says; None for a fresh start."""
-    for line in local_state.read_lines(folder.log_path):
-        match = _RESUMED.search(line)
-        if match:
-            return int(match.group(1))
-    return None
+    return scan(folder).resumed_from_step
 
 
 def steps_redone(folder: JobFolder) -> int | None:
     """Steps this attempt trains again because the one before it was killed past its last checkpoint."""
-    for line in local_state.read_lines(folder.log_path):
-        match = _REDONE.search(line)
-        if match:
-            return int(match.group(1))
-    return None
+    return scan(folder).steps_redone
 
 
-def final_metrics(folder: JobFolder) -> dict[str, float]:
+def final_metrics(folder: JobFolder, read: LogScan | None = None) -> dict[str, float]:
     """The last value of each metric the job's definitions find in its log (`[metric]` lines, a Trainer's
-    printed dicts, a team's own), then the script's metrics.json on top of them."""
-    metrics: dict[str, float] = {}
-    scanner = metric_scanner(folder)
-    for line in local_state.read_lines(folder.log_path):
-        for name, value, _ in scanner.scan(line):
-            metrics[name] = value
+    printed dicts, a team's own), then the script's metrics.json on top of them. ``read``: the log's scan
+    when the caller has it already."""
+    metrics = dict((read or scan(folder)).last)
     try:
         written = json.loads((folder.output_dir / "metrics.json").read_text())
     except (OSError, ValueError):
@@ -190,19 +191,16 @@ def final_metrics(folder: JobFolder) -> dict[str, float]:
     return metrics
 
 
-def metric_series(log_path: Path, scanner: MetricScanner | None = None) -> MetricSeries:
-    """Every metric the definitions find in the log as {name: [MetricPoint(step, value)]}, ordered by step
-    (a line without a step, such as a Trainer's printed dict, counts by its line number)."""
-    points: dict[str, dict[int, float]] = {}
-    scanner = scanner or MetricScanner.of()
-    for n, line in enumerate(local_state.read_lines(log_path)):
-        for name, value, step in scanner.scan(line):
-            # Several processes (or a re-logged step) may print one step twice: the last one counts.
-            points.setdefault(name, {})[step if step is not None else n] = value
+def metric_series(folder: JobFolder) -> MetricSeries:
+    """Every metric the definitions find in the log as {name: [MetricPoint(step, value)]}, ordered by step. A
+    line without a step of its own (a Trainer's printed dict) is at the training step the log last showed (a
+    ``[progress]`` line, or the Trainer's progress bar); one before any step is known is left out, never
+    placed at a made-up step."""
     return {
-        name: [MetricPoint(float(step), value) for step, value in sorted(by_step.items())]
-        for name, by_step in points.items()
+        name: [MetricPoint(float(step), value) for step, value in sorted((int(k), v) for k, v in by_step.items())]
+        for name, by_step in scan(folder).points.items()
     }
+
 
 
 def _model_artifacts(folder: JobFolder, status: RemoteStatus) -> str | None:

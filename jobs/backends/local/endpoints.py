@@ -7,6 +7,11 @@ in its own session (the local training runner starts it), so a restarted bot fin
 
 Status: process alive and `server.json` there -> InService; alive without it -> Creating (loading the
 model); process gone -> Failed with the log's last line. Undeploy stops the process and removes the folder.
+
+Updates in place: each config the endpoint may serve is a model folder, kept in `configs.json`; an update
+writes the wanted one to `serving.json` (atomically) and sends the server SIGHUP, and the server swaps its
+model without dropping a request (see endpoint_server). Until `server.json` names the wanted config the
+endpoint is Updating; a model the server could not load leaves it InService on the old config, with why.
 """
 
 from __future__ import annotations
@@ -14,23 +19,27 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import shutil
+import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jobs.backends.local_environment import base_environment
-from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
-from jobs.backends.local_state import tail_lines
+from jobs.backends.local.environment import base_environment
+from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
+from jobs.backends.local.state import tail_lines
 from jobs.clock import Clock
-from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint
+from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint, UpdateRequest
 from jobs.errors import BackendError, BadInput, NotFound
 
 logger = logging.getLogger(__name__)
 
-SERVER_MODULE = "jobs.backends.local_endpoint_server"
+SERVER_MODULE = "jobs.backends.local.endpoint_server"
+SIGHUP = int(signal.SIGHUP)  # the server reads serving.json and swaps its model
 STOP_WAIT_SECONDS = 5.0
 INVOKE_TIMEOUT_SECONDS = 60.0
 
@@ -74,7 +83,9 @@ class LocalEndpoints:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         argv = [self._python, "-m", SERVER_MODULE, "--model", str(model), "--task", request.task]
-        argv += ["--state", str(folder / "server.json")]
+        argv += ["--state", str(folder / "server.json"), "--config", request.name]
+        argv += ["--serving", str(folder / "serving.json")]
+        _write_json(folder / "configs.json", {request.name: {"model": str(model), "task": request.task}})
         env = {  # allowlisted: the model server never sees the bot's tokens or keys
             **base_environment(self._python),
             "TOKENIZERS_PARALLELISM": "false",
@@ -103,9 +114,43 @@ class LocalEndpoints:
         folder = self._folder(name)
         if not self._alive(folder):
             return RemoteEndpoint(name, "Failed", self._failure(folder))
-        if self._port(folder) is None:
+        state = _read_json(folder / "server.json")
+        if state.get("port") is None:
             return RemoteEndpoint(name, "Creating")
-        return RemoteEndpoint(name, "InService")
+        served = str(state.get("config") or name)
+        wanted = str(_read_json(folder / "serving.json").get("config") or served)
+        if wanted == served:
+            return RemoteEndpoint(name, "InService", config_name=served)
+        if state.get("failed_config") == wanted:
+            reason = f"the new model did not load ({state.get('error', 'no reason given')})"
+            return RemoteEndpoint(name, "InService", reason, config_name=served)
+        return RemoteEndpoint(name, "Updating", config_name=served)
+
+    # -- update in place ---------------------------------------------------------------------------
+
+    def update(self, request: UpdateRequest) -> None:
+        """Name the wanted config's model in `serving.json` and tell the server (SIGHUP): it swaps its model
+        atomically (the rollout's canary and alarm are SageMaker's; a local swap is all at once)."""
+        folder = self._folder(request.endpoint)
+        pid = self._pid(folder)
+        if pid is None or not self._alive(folder):
+            raise BackendError(f"Local endpoint {request.endpoint} is not running: `/undeploy "
+                               f"{request.endpoint}` and deploy again.")
+        configs = _read_json(folder / "configs.json")
+        if request.model is not None:
+            model = Path(request.model.model_data)
+            if not (model / "config.json").is_file():
+                raise BackendError(f"The model folder {model} is gone or incomplete, so it cannot be served: "
+                                   "train the job again.")
+            configs[request.config_name] = {"model": str(model), "task": request.model.task}
+            _write_json(folder / "configs.json", configs)
+        wanted = configs.get(request.config_name)
+        if not isinstance(wanted, dict):
+            raise BackendError(f"Local endpoint {request.endpoint} has no config {request.config_name} to go "
+                               "back to.")
+        _write_json(folder / "serving.json", {"config": request.config_name, **wanted})
+        self._runner.signal_group(pid, SIGHUP)
+        logger.info("local endpoint %s: swapping to %s (%s)", request.endpoint, request.config_name, wanted["model"])
 
     def _failure(self, folder: Path) -> str:
         lines = [line for line in tail_lines(folder / "server.log", 40) if line.strip()]
@@ -114,8 +159,8 @@ class LocalEndpoints:
 
     # -- delete ------------------------------------------------------------------------------------
 
-    def delete(self, name: str) -> None:
-        folder = self._root / name
+    def delete(self, name: str, *, configs: Sequence[str] = ()) -> None:
+        folder = self._root / name  # its configs live in the folder and go with it
         pid = self._pid(folder)
         if pid is not None and self._alive(folder):
             self._runner.signal_group(pid, SIGTERM)
@@ -210,6 +255,20 @@ class LocalEndpoints:
         if pid is None or not self._runner.is_alive(pid):
             return False
         return pid in self._spawned or _is_our_server(pid, folder)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps(data, indent=1))
+    os.replace(staging, path)
 
 
 def _is_our_server(pid: int, folder: Path) -> bool:

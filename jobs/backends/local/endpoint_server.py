@@ -1,9 +1,17 @@
 """The process behind a local endpoint: a saved model answering over HTTP on 127.0.0.1, as a SageMaker
 Hugging Face container does (``GET /ping``, ``POST /invocations`` with ``{"inputs": ...}``).
 
-Run as ``python -m jobs.backends.local_endpoint_server --model DIR --task TASK --state FILE``. It loads the
-model, binds a free loopback port, and only then writes ``{"port", "pid"}`` to FILE (atomically), so a
-reader never sees a port that does not answer. SIGTERM ends it.
+Run as ``python -m jobs.backends.local.endpoint_server --model DIR --task TASK --state FILE [--config NAME
+--serving FILE]``. It loads the model, binds a free loopback port, and only then writes ``{"port", "pid",
+"config"}`` to the state FILE (atomically), so a reader never sees a port that does not answer. SIGTERM
+ends it.
+
+An update in place (a promotion or a rollback): SIGHUP makes it read the serving FILE (``{"config", "model",
+"task"}``), load and try that model beside the one serving, then swap the two with one assignment. A
+request takes the model (and its config's name) once, when it starts: requests in flight finish on the old
+model, new ones go to the new, and none fails. The state file then names the new config; a model that
+does not load or answer leaves the old one serving and the state file says why (``failed_config``,
+``error``). Every answer carries the config that gave it (``X-Trainbot-Config``).
 
 `Predictor` is the in-process model: question answering (transformers 5 has no question-answering
 pipeline, so the span search is done here, as the old pipeline did it) or a text-classification pipeline.
@@ -18,7 +26,9 @@ import logging
 import os
 import signal
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -105,6 +115,21 @@ def _best_span(start_logits: Any, end_logits: Any, in_context: Any, offsets: Any
     return float(scores[first, last]), int(offsets[first][0]), int(offsets[last][1])
 
 
+_WARM_UP: dict[str, Any] = {
+    "question-answering": {"question": "What is it?", "context": "It is a test."},
+    "text-classification": "a test",
+}
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What answers: swapped as one reference, so a request never sees one config's name with another's model."""
+
+    config: str
+    model: Path
+    predictor: Predictor
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"  # keep-alive: a client may send many requests on one connection
@@ -113,7 +138,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
         if self.path == "/ping":
-            self._send(HTTPStatus.OK, {"status": "ok", "task": self.server.predictor.task})
+            serving = self.server.serving
+            self._send(HTTPStatus.OK, {"status": "ok", "task": serving.predictor.task, "config": serving.config},
+                       config=serving.config)
         else:
             self._send(HTTPStatus.NOT_FOUND, {"error": "GET /ping or POST /invocations"})
 
@@ -125,19 +152,22 @@ class _Handler(BaseHTTPRequestHandler):
         if length <= 0 or length > MAX_BODY:
             self._send(HTTPStatus.BAD_REQUEST, {"error": f"send a JSON body of 1 to {MAX_BODY} bytes"})
             return
+        serving = self.server.serving  # taken once: a swap from here on does not touch this request
         try:
             inputs = json.loads(self.rfile.read(length))["inputs"]
-            answer = self.server.model_thread.submit(self.server.predictor, inputs).result()
+            answer = self.server.model_thread.submit(serving.predictor, inputs).result()
         except (ValueError, KeyError, TypeError) as exc:
-            self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc) or type(exc).__name__})
+            self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc) or type(exc).__name__}, config=serving.config)
             return
-        self._send(HTTPStatus.OK, answer)
+        self._send(HTTPStatus.OK, answer, config=serving.config)
 
-    def _send(self, status: HTTPStatus, body: Any) -> None:
+    def _send(self, status: HTTPStatus, body: Any, *, config: str = "") -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
+        if config:
+            self.send_header("X-Trainbot-Config", config)
         self.end_headers()
         self.wfile.write(data)
 
@@ -148,18 +178,52 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, predictor: Predictor) -> None:
+    def __init__(self, serving: Serving, state: Path, serving_file: Path | None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.predictor = predictor
+        self.serving = serving
+        self.state = state
+        self.serving_file = serving_file
         # One model call at a time, always on the same thread: torch's OpenMP pool belongs to the calling
         # thread, and a fresh request thread would build a new one (milliseconds) on every call.
         self.model_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model")
+        self._swapping = threading.Lock()
 
+    def write_state(self, **extra: Any) -> None:
+        staging = self.state.with_suffix(".tmp")
+        body = {"port": int(self.server_address[1]), "pid": os.getpid(), "config": self.serving.config,
+                "model": str(self.serving.model), **extra}
+        staging.write_text(json.dumps(body))
+        os.replace(staging, self.state)
 
-def _write_state(path: Path, port: int) -> None:
-    staging = path.with_suffix(".tmp")
-    staging.write_text(json.dumps({"port": port, "pid": os.getpid()}))
-    os.replace(staging, path)
+    def reload_soon(self) -> None:
+        """SIGHUP's handler: the load runs on its own thread, never in the signal handler."""
+        threading.Thread(target=self.reload, name="swap", daemon=True).start()
+
+    def reload(self) -> None:
+        """Load the serving file's model beside the current one, try it once, then swap (see the module
+        docstring); one swap at a time."""
+        if self.serving_file is None:
+            return
+        with self._swapping:
+            try:
+                wanted = json.loads(self.serving_file.read_text())
+                config, model, task = str(wanted["config"]), Path(wanted["model"]), str(wanted["task"])
+            except (OSError, ValueError, KeyError) as exc:
+                logger.warning("no model to swap to: %s", exc)
+                return
+            if config == self.serving.config:
+                return
+            try:
+                predictor = Predictor(model, task)
+                predictor(_WARM_UP[task])  # a model that cannot answer never takes traffic
+            except Exception as exc:  # noqa: BLE001 - any failure keeps the old model serving
+                logger.error("model %s (%s) did not load; %s keeps serving: %s", model, config,
+                             self.serving.config, exc)
+                self.write_state(failed_config=config, error=f"{type(exc).__name__}: {exc}"[:300])
+                return
+            self.serving = Serving(config, model, predictor)  # the swap: one assignment
+            self.write_state()
+            logger.info("now serving %s (%s)", model, config)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,12 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, required=True)
     parser.add_argument("--task", required=True, choices=("question-answering", "text-classification"))
     parser.add_argument("--state", type=Path, required=True)
+    parser.add_argument("--config", default="initial", help="the name of the config it serves first")
+    parser.add_argument("--serving", type=Path, default=None, help="read on SIGHUP: the model to swap to")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
-    server = _Server(Predictor(args.model, args.task))
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until there is a model to swap from
+    server = _Server(Serving(args.config, args.model, Predictor(args.model, args.task)), args.state, args.serving)
+    signal.signal(signal.SIGHUP, lambda signum, frame: server.reload_soon())
     port = int(server.server_address[1])
-    _write_state(args.state, port)
+    server.write_state()
+    server.reload_soon()  # an update asked for while the first model loaded (its SIGHUP was ignored)
     logger.info("serving %s (%s) on http://127.0.0.1:%d/invocations", args.model, args.task, port)
     try:
         server.serve_forever(poll_interval=0.2)

@@ -7,7 +7,6 @@ request parameters, headers or credentials.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from jobs.errors import (
     NotFound,
     TrainbotError,
 )
+from jobs.planning.patterns import linear
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ _BAD_CREDENTIALS = frozenset(
     }
 )
 _NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException", "NoSuchKey", "404"})
-_HTML_TITLE = re.compile(r"<title>(.*?)</title>", re.IGNORECASE | re.DOTALL)
+#: An error page's title (a proxy's body is outside text: RE2, linear however many titles it opens).
+_HTML_TITLE = linear(r"(?is)<title>(.*?)</title>")
 _MAX_MESSAGE = 400
 _CREDENTIAL_VARIABLES = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
 

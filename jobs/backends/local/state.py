@@ -16,8 +16,12 @@ from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+from jobs.errors import BadInput
 from jobs.file_lock import exclusive_lock
+from jobs.planning.patterns import capped, linear
+from jobs.planning.plan import BUCKET_PLACEHOLDER
 from jobs.records import Progress
 
 _DATETIME_FIELDS = {
@@ -30,7 +34,9 @@ _DATETIME_FIELDS = {
     "last_modified",
 }
 _TAIL_BYTES = 256 * 1024
-_ERROR_LINE = re.compile(r"(^|\s|: )(error|[A-Za-z_][\w.]*(Error|Exception))\b:?", re.IGNORECASE)
+MAX_REASON_CHARS = 1000  # a failure reason is one line of the log: as long as a person reads
+#: A line that names an error (run over a job's own output: RE2, linear time).
+_ERROR_LINE = linear(r"(?i)(^|\s|: )(error|[A-Za-z_][\w.]*(Error|Exception))\b:?")
 # Lines that are torchrun's, the training toolkit's or the wrapper's own report of a worker's failure, not
 # the cause (the toolkit ends every failure with "ERROR Encountered exit_code 1" and the command it ran).
 _LAUNCHER_NOISE = (
@@ -55,7 +61,8 @@ class JobState:
     instance_count: int = 1
     spot: bool = False
     task: str = ""
-    runner: str = ""  # "toolkit" or "direct" (local_container)
+    runner: str = ""  # "toolkit" or "direct" (container.py)
+    isolation: str = ""  # "bwrap" when the job runs in the sandbox (sandbox.py), "" when it does not
     processes: int = 1
     offline: bool = True
     note: str = ""
@@ -99,7 +106,9 @@ class JobState:
 class JobFolder:
     """The SageMaker layout (the folder is the job's SAGEMAKER_BASE_DIR, its /opt/ml): code/, model/
     (SM_MODEL_DIR), output/data/ (SM_OUTPUT_DATA_DIR), input/config/, input/data/<channel>,
-    sourcedir.tar.gz, logs/, plus state.json and the wrapper's exit.json."""
+    sourcedir.tar.gz, logs/, plus state.json and the wrapper's exit.json; env/ (the job's Python
+    environment) and scratch/ (its HOME). In the sandbox only code/, model/, output/, env/ and scratch/
+    are writable: the bot's files here (state, log, exit code) are not the job's to replace."""
 
     def __init__(self, jobs_root: Path, name: str) -> None:
         self.root = jobs_root
@@ -114,6 +123,8 @@ class JobFolder:
         self.config_dir = self.path / "input" / "config"
         self.input_data_dir = self.path / "input" / "data"
         self.sourcedir_path = self.path / "sourcedir.tar.gz"
+        self.env_dir = self.path / "env"  # the job's own Python environment (job_python.py)
+        self.scratch_dir = self.path / "scratch"  # HOME and temporary files inside the sandbox
 
     def exists(self) -> bool:
         return self.state_path.is_file()
@@ -156,22 +167,15 @@ def tail_lines(path: Path, lines: int) -> list[str]:
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
 
-def read_lines(path: Path) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
-        return []
-
-
 def last_error_line(lines: list[str]) -> str:
     """The line that best says why the script failed: the last error/exception line that is not the
     launcher's own report, else the last line with text."""
     for line in reversed(lines):
-        text = line.strip()
+        text = capped(line.strip())
         if text and _ERROR_LINE.search(text) and not any(noise in text for noise in _LAUNCHER_NOISE):
-            return text
+            return text[:MAX_REASON_CHARS]
     meaningful = [line.strip() for line in lines if line.strip() and "[trainbot]" not in line]
-    return meaningful[-1] if meaningful else "the training process wrote no output"
+    return meaningful[-1][:MAX_REASON_CHARS] if meaningful else "the training process wrote no output"
 
 
 def parse_progress(line: str) -> dict[str, float | int] | None:
@@ -213,3 +217,24 @@ def as_progress(line: dict[str, float | int], log_path: Path) -> Progress:
         eta_seconds=float(eta) if eta is not None else None,
         at=at,
     )
+
+
+def checkpoint_folder(home: Path, checkpoint_uri: str) -> Path:
+    """The local folder standing in for `checkpoint_uri`: home/checkpoints/<bucket>/<key>, or
+    home/checkpoints/<key> for a plan made without TRAINBOT_BUCKET (a local bot needs none). Attempts of
+    one lineage share it; two lineages never do."""
+    parsed = urlparse(checkpoint_uri)
+    bucket = "" if parsed.netloc == BUCKET_PLACEHOLDER else parsed.netloc
+    parts = [_safe_part(p) for p in f"{bucket}/{parsed.path}".split("/") if p not in ("", ".", "..")]
+    if not parts:
+        raise BadInput(f"Checkpoint URI {checkpoint_uri!r} names no bucket or prefix; use s3://BUCKET/PREFIX.")
+    folder = home.joinpath("checkpoints", *parts)
+    if bucket != parsed.netloc:  # a lineage launched before this rule resumes from where it saved
+        before = home.joinpath("checkpoints", _safe_part(parsed.netloc), *parts)
+        return before if before.is_dir() else folder
+    return folder
+
+
+def _safe_part(part: str) -> str:
+    # A fixed character class over the bot's own URI: linear in Python's re too.
+    return re.sub(r"[^A-Za-z0-9._=+@-]", "_", part)

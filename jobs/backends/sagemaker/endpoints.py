@@ -3,7 +3,7 @@
 asked through sagemaker-runtime with the Hugging Face inference toolkit's JSON (``{"inputs": ...}``).
 
 Sessions, retries, timeouts and error translation are the SageMaker training backend's own
-(`sagemaker_session`, `aws_errors`), so both back ends behave the same way when AWS misbehaves.
+(`session`, `errors`), so both back ends behave the same way when AWS misbehaves.
 """
 
 from __future__ import annotations
@@ -11,23 +11,23 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from jobs.backends.aws_errors import AwsContext, aws_errors, error_code, error_message, is_not_found
-from jobs.backends.sagemaker_session import (
-    MAX_ATTEMPTS,
-    build_sdk_session,
-    client_config,
-    endpoint_of,
-    make_boto_session,
-    quiet_sdk_import,
-    remember_valid_configs,
+from jobs.backends.aws_session import MAX_ATTEMPTS, client_config, endpoint_of, make_boto_session
+from jobs.backends.sagemaker.endpoint_updates import (
+    alarm_arguments,
+    alarm_watches,
+    endpoint_config_arguments,
+    update_endpoint_arguments,
 )
-from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint
+from jobs.backends.sagemaker.errors import AwsContext, aws_errors, error_code, error_message, is_not_found
+from jobs.backends.sagemaker.session import build_sdk_session, quiet_sdk_import, remember_valid_configs
+from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint, UpdateRequest
 from jobs.errors import BackendError, ConfigError, NotFound
 from jobs.settings import Settings
 
@@ -66,8 +66,26 @@ class SageMakerEndpoints:
             "sagemaker-runtime", region_name=self.region, config=runtime_config
         )
         self._sdk_session: Any = None
+        self._cw: Any = None
         self._sdk_lock = threading.Lock()
         self._images: dict[tuple[Any, str | None], str] = {}
+
+    # The session, clients and bucket, shared with the Model Registry backend (registry.py).
+    @property
+    def boto_session(self) -> boto3.Session:
+        return self._boto
+
+    @property
+    def client(self) -> Any:
+        return self._sm
+
+    @property
+    def config(self) -> Config:
+        return self._config
+
+    @property
+    def bucket(self) -> str:
+        return self._bucket
 
     # -- deploy ------------------------------------------------------------------------------------
 
@@ -85,6 +103,17 @@ class SageMakerEndpoints:
                     ) from exc
                 raise
         logger.info("asked SageMaker for endpoint %s (model %s)", request.name, request.model_name)
+
+    def container_definition(self, request: DeployRequest) -> dict[str, Any]:
+        """The container SageMaker would run for ``request`` (Image, ModelDataUrl, Environment), as the SDK
+        builds it for a deploy: what a model package's inference specification names."""
+        with aws_errors(self._ctx(f"describe the inference container of {request.model_data}"), sdk=True):
+            arguments = deploy_arguments(request)
+            definition = self._model(request).prepare_container_def(
+                instance_type=arguments.get("instance_type"),
+                serverless_inference_config=arguments.get("serverless_inference_config"),
+            )
+        return {key: definition[key] for key in ("Image", "ModelDataUrl", "Environment") if definition.get(key)}
 
     def _model(self, request: DeployRequest) -> Any:
         quiet_sdk_import()
@@ -121,6 +150,72 @@ class SageMakerEndpoints:
                     )
             return self._sdk_session
 
+    # -- update in place ---------------------------------------------------------------------------
+
+    def update(self, request: UpdateRequest) -> None:
+        """The new model and endpoint config (a promotion), the rollback alarm, then UpdateEndpoint; every
+        step that finds its resource made already (a retry) goes on. Never waits for the update."""
+        ctx = self._ctx(f"update endpoint {request.endpoint} in place")
+        with aws_errors(ctx, sdk=True):
+            found = self._describe(request.endpoint)
+            if found is None:
+                raise NotFound(f"SageMaker has no endpoint named {request.endpoint!r} in {self.region}: "
+                               f"/deploy JOB name={request.endpoint} makes it.")
+            if request.model is not None:
+                self._create_model(request.model)
+                self._create(lambda: self._sm.create_endpoint_config(
+                    **endpoint_config_arguments(request.config_name, request.model)))
+            if request.rollout.alarm:
+                self._ensure_alarm(request.endpoint, request.rollout.alarm)
+            serverless = self._serverless(request)
+            try:
+                self._sm.update_endpoint(**update_endpoint_arguments(request, serverless=serverless))
+            except ClientError as exc:
+                if not _already_updating_to(exc, self._describe(request.endpoint), request.config_name):
+                    raise
+        logger.info("asked SageMaker to update endpoint %s to config %s", request.endpoint, request.config_name)
+
+    def _create_model(self, request: DeployRequest) -> None:
+        model = self._model(request)
+        arguments = deploy_arguments(request)
+        try:
+            model.create(instance_type=arguments.get("instance_type"),
+                         serverless_inference_config=arguments.get("serverless_inference_config"))
+        except ClientError as exc:
+            if "already exist" not in error_message(exc).lower():
+                raise
+
+    @staticmethod
+    def _create(call: Any) -> None:
+        try:
+            call()
+        except ClientError as exc:
+            if "already exist" not in error_message(exc).lower():
+                raise
+
+    def _serverless(self, request: UpdateRequest) -> bool:
+        if request.model is not None:
+            return request.model.serverless
+        config = self._sm.describe_endpoint_config(EndpointConfigName=request.config_name)
+        return any("ServerlessConfig" in v for v in config.get("ProductionVariants") or [])
+
+    def _ensure_alarm(self, endpoint: str, alarm: str) -> None:
+        """The alarm on this endpoint's 5xx errors: made (or kept) by the bot; one of that name that watches
+        something else is never overwritten."""
+        cloudwatch = self._cloudwatch()
+        existing = cloudwatch.describe_alarms(AlarmNames=[alarm]).get("MetricAlarms") or []
+        if existing and not alarm_watches(existing[0], endpoint):
+            raise BackendError(f"The CloudWatch alarm {alarm} exists and watches something else than endpoint "
+                               f"{endpoint}'s 5xx errors: pass alarm=yes, or another alarm=NAME.")
+        if not existing:
+            cloudwatch.put_metric_alarm(**alarm_arguments(endpoint, alarm))
+
+    def _cloudwatch(self) -> Any:
+        with self._sdk_lock:
+            if self._cw is None:
+                self._cw = self._boto.client("cloudwatch", region_name=self.region, config=self._config)
+            return self._cw
+
     # -- reading -----------------------------------------------------------------------------------
 
     def describe(self, name: str) -> RemoteEndpoint:
@@ -133,6 +228,7 @@ class SageMakerEndpoints:
             status=str(response.get("EndpointStatus", "")),
             failure_reason=str(response.get("FailureReason", "")),
             last_modified=response.get("LastModifiedTime"),
+            config_name=str(response.get("EndpointConfigName", "")),
         )
 
     def _describe(self, name: str) -> dict[str, Any] | None:
@@ -146,14 +242,16 @@ class SageMakerEndpoints:
 
     # -- delete ------------------------------------------------------------------------------------
 
-    def delete(self, name: str) -> None:
-        """The endpoint, then its config; the model stays (a redeploy or a rollback can use it)."""
+    def delete(self, name: str, *, configs: Sequence[str] = ()) -> None:
+        """The endpoint, then its config and the ones it served before; the models stay (a redeploy can use
+        them)."""
         with aws_errors(self._ctx(f"delete endpoint {name}")):
             found = self._describe(name)
             config = str(found["EndpointConfigName"]) if found else name
             if found is not None:
                 self._ignore_missing(lambda: self._sm.delete_endpoint(EndpointName=name))
-            self._ignore_missing(lambda: self._sm.delete_endpoint_config(EndpointConfigName=config))
+            for each in dict.fromkeys([config, *configs]):
+                self._ignore_missing(lambda each=each: self._sm.delete_endpoint_config(EndpointConfigName=each))
         logger.info("deleted endpoint %s and its config %s", name, config)
 
     @staticmethod
@@ -196,6 +294,9 @@ class SageMakerEndpoints:
             region=region,
         )
 
+    def context(self, action: str) -> AwsContext:
+        return self._ctx(action)
+
     def _ctx(self, action: str) -> AwsContext:
         return AwsContext(
             action=action, endpoint=endpoint_of(self._sm), role_arn=self._role_arn, bucket=self._bucket
@@ -232,6 +333,14 @@ def deploy_arguments(request: DeployRequest) -> dict[str, Any]:
     else:
         arguments.update(initial_instance_count=request.instance_count, instance_type=request.instance_type)
     return arguments
+
+
+def _already_updating_to(exc: ClientError, found: dict[str, Any] | None, config: str) -> bool:
+    """A retried UpdateEndpoint that SageMaker refuses because the first one is under way (or done)."""
+    if found is None or error_code(exc) != "ValidationException":
+        return False
+    pending = (found.get("PendingDeploymentSummary") or {}).get("EndpointConfigName")
+    return config in (found.get("EndpointConfigName"), pending)
 
 
 def _invoke_error(name: str, exc: ClientError) -> Exception:

@@ -3,7 +3,7 @@ logs and metrics back with plain boto3 calls.
 
 sagemaker is pinned to 2.x (>=2.257,<3): the 3.x line has no `HuggingFace` estimator and no
 smdistributed options, which the data- and model-parallel recipes need. The SDK stays inside this
-module (and `sagemaker_session`); everything it returns leaves as `jobs.records` data.
+module (and `session`); everything it returns leaves as `jobs.records` data.
 """
 
 from __future__ import annotations
@@ -21,7 +21,10 @@ from urllib.parse import quote
 import boto3
 from botocore.exceptions import ClientError
 
-from jobs.backends.aws_errors import (
+from jobs.backends.archives import ArchiveLimits
+from jobs.backends.aws_session import MAX_ATTEMPTS, client_config, endpoint_of, make_boto_session
+from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
+from jobs.backends.sagemaker.errors import (
     AwsContext,
     aws_errors,
     error_code,
@@ -29,18 +32,10 @@ from jobs.backends.aws_errors import (
     is_not_found,
     missing_bucket,
 )
-from jobs.backends.aws_errors import not_found as job_not_found
-from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
-from jobs.backends.sagemaker_progress import ProgressReader
-from jobs.backends.sagemaker_records import aware_utc, job_summary, remote_job
-from jobs.backends.sagemaker_session import (
-    MAX_ATTEMPTS,
-    build_sdk_session,
-    client_config,
-    endpoint_of,
-    huggingface_estimator,
-    make_boto_session,
-)
+from jobs.backends.sagemaker.errors import not_found as job_not_found
+from jobs.backends.sagemaker.progress import ProgressReader
+from jobs.backends.sagemaker.records import aware_utc, job_summary, remote_job
+from jobs.backends.sagemaker.session import build_sdk_session, huggingface_estimator
 from jobs.clock import Clock
 from jobs.errors import ConfigError, SpecError
 from jobs.planning.hyperparameters import check_launch_hyperparameters
@@ -90,6 +85,7 @@ class SageMakerBackend:
         name_contains: str | None = None,
         max_attempts: int = MAX_ATTEMPTS,
         code_home: Path | None = None,
+        code_limits: ArchiveLimits | None = None,
     ) -> None:
         if not role_arn:
             raise ConfigError("No SageMaker execution role is set: set TRAINBOT_ROLE_ARN to the role's ARN.")
@@ -114,7 +110,9 @@ class SageMakerBackend:
         self._bucket_seen_until: datetime | None = None
         # Teams' own code is checked out (at its pinned commit) and cached here before the SDK uploads it.
         home = code_home or Path(tempfile.gettempdir()) / "trainbot"
-        self._code = CodeMaterializer(home, GitCodeSources(home), S3Tarballs(home, lambda: self._s3))
+        limits = code_limits or ArchiveLimits()  # every tarball and checkout is read member by member, capped
+        self._code = CodeMaterializer(home, GitCodeSources(home, limits=limits),
+                                      S3Tarballs(home, lambda: self._s3, limits=limits), limits=limits)
 
     @classmethod
     def from_settings(cls, settings: Settings, *, clock: Clock) -> SageMakerBackend:
@@ -128,6 +126,7 @@ class SageMakerBackend:
             clock=clock,
             region=region,
             code_home=settings.trainbot_home,
+            code_limits=ArchiveLimits(max_bytes=settings.trainbot_code_max_bytes),
         )
 
     # -- launching ---------------------------------------------------------------------------------
@@ -316,7 +315,7 @@ class SageMakerBackend:
 
     def progress(self, job_names: Sequence[str]) -> dict[str, Progress]:
         """Step, loss and pace of each running job, from GetMetricData calls of up to 500 queries each
-        (jobs.backends.sagemaker_progress)."""
+        (jobs.backends.sagemaker.progress)."""
         with aws_errors(self._ctx("read the progress of running jobs", self._cw)):
             return self._progress.progress(job_names)
 

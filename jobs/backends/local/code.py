@@ -9,14 +9,13 @@ job folder is that tree, so the container paths a plan gives a team's script (``
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.backends.code_sources import CodeMaterializer, RunnableSource
-from jobs.backends.local_state import JobFolder
+from jobs.backends.local.state import JobFolder
 from jobs.errors import BackendError
-from jobs.planning.metrics import METRIC_DEFINITIONS, MetricScanner
+from jobs.planning.metrics import METRIC_DEFINITIONS
 
 if TYPE_CHECKING:
     from jobs.planning.plan import LaunchPlan
@@ -64,10 +63,10 @@ def save_metric_definitions(folder: JobFolder, plan: LaunchPlan) -> None:
     (folder.path / METRIC_DEFINITIONS_FILE).write_text(json.dumps(definitions, indent=1))
 
 
-def metric_scanner(folder: JobFolder) -> MetricScanner:
-    """The scanner for the job's own definitions (the defaults for a job launched before they were saved)."""
+def metric_definitions(folder: JobFolder) -> list[dict[str, str]] | None:
+    """The job's own definitions; None (the defaults) for a job launched before they were saved."""
     try:
         definitions = json.loads((folder.path / METRIC_DEFINITIONS_FILE).read_text())
-        return MetricScanner.of(definitions)
-    except (OSError, ValueError, KeyError, TypeError, re.error):
-        return MetricScanner.of()
+    except (OSError, ValueError):
+        return None
+    return definitions if isinstance(definitions, list) else None

@@ -15,7 +15,7 @@ uploads. Two runners:
   from the same archive, the hyperparameters as `--key value` arguments, the SM_* variables, the same
   channels; one process or torchrun.
 
-Either way the job runs under `local_wrapper.py` (records the exit code) in its own process group.
+Either way the job runs under `wrapper.py` (records the exit code) in its own process group.
 """
 
 from __future__ import annotations
@@ -23,15 +23,17 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import socket
 import sys
-import tarfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jobs.backends.local_runner import WRAPPER, training_command
-from jobs.backends.local_state import JobFolder
+from jobs.backends.archives import ArchiveLimits, pack_tree, unpack_file
+from jobs.backends.local.runner import WRAPPER, training_command
+from jobs.backends.local.state import JobFolder
+from jobs.errors import BackendError
 
 TOOLKIT = "toolkit"
 DIRECT = "direct"
@@ -45,38 +47,68 @@ HOST = "algo-1"
 CHANNEL_CONFIG = {"TrainingInputMode": "File", "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}
 
 
-def toolkit_available(python: str) -> bool:
+def toolkit_available(python: str, *, own: bool = True) -> bool:
     """Whether `python`'s environment can run the training toolkit: Linux (it uses inotify), its `train`
-    console script beside `python`, and the PyTorch toolkit importable."""
+    console script beside `python`, and (`own`: the bot's interpreter) the PyTorch toolkit importable. An
+    image runtime (runtime.py) is built with both toolkits."""
     if not sys.platform.startswith("linux"):
         return False
     if not (Path(python).parent / "train").is_file():
         return False
+    if not own:
+        return True
     try:
         return importlib.util.find_spec("sagemaker_pytorch_container") is not None
     except (ImportError, ValueError):
         return False
 
 
-def write_sourcedir(source_dir: Path, archive: Path) -> None:
+def write_sourcedir(source_dir: Path, archive: Path, limits: ArchiveLimits | None = None) -> None:
     """`sourcedir.tar.gz` as the SDK's `create_tar_file` makes it: every entry of source_dir at the
-    archive's root (caches left out: they are this machine's, not the code)."""
-
-    def keep(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-        name = Path(info.name).name
-        return None if name == "__pycache__" or name.endswith(".pyc") else info
-
-    with tarfile.open(archive, mode="w:gz", dereference=True) as tar:
-        for entry in sorted(source_dir.iterdir()):
-            if keep(tar.gettarinfo(str(entry), arcname=entry.name)) is not None:
-                tar.add(str(entry), arcname=entry.name, filter=keep)
+    archive's root (caches left out: they are this machine's, not the code). A link is refused, never
+    followed, and the packed code has the caps of own code."""
+    pack_tree(source_dir, archive, limits or ArchiveLimits(), what="The code", skip=_is_cache)
 
 
-def unpack_sourcedir(archive: Path, code_dir: Path) -> None:
-    """The direct runner's stand-in for the toolkit's download-and-extract of the code."""
-    code_dir.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(archive, mode="r:gz") as tar:
-        tar.extractall(code_dir, filter="data")
+def _is_cache(name: str) -> bool:
+    return name == "__pycache__" or name.endswith(".pyc")
+
+
+def unpack_sourcedir(archive: Path, code_dir: Path, limits: ArchiveLimits | None = None) -> None:
+    """The direct runner's stand-in for the toolkit's download-and-extract of the code: every member
+    checked (jobs.backends.archives), never `extractall`."""
+    unpack_file(archive, code_dir, limits or ArchiveLimits(), what="The job's sourcedir.tar.gz")
+
+
+#: Room left free on the disk after a channel's copy (the job still writes its model and checkpoints).
+CHANNEL_HEADROOM_BYTES = 1 << 30
+
+
+def copy_channel(source: Path, dest: Path) -> None:
+    """``source`` copied to ``dest``, its links copied as links, never followed (a link in a data folder that
+    leads out of it reaches nothing more than the read-only mount did); refused when the copy would leave the
+    disk with less than CHANNEL_HEADROOM_BYTES."""
+    size = sum(entry.stat(follow_symlinks=False).st_size for entry in _entries(source))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(dest.parent).free
+    if size > free - CHANNEL_HEADROOM_BYTES:
+        raise BackendError(
+            f"The channel {source} holds {size / 1e9:.1f} GB and the job's folder has {free / 1e9:.1f} GB free: "
+            "a local job copies each channel, as SageMaker's File mode does, so free some room or use less data."
+        )
+    shutil.copytree(source, dest, symlinks=True)
+
+
+def _entries(folder: Path) -> list[os.DirEntry[str]]:
+    found: list[os.DirEntry[str]] = []
+    pending = [str(folder)]
+    while pending:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                found.append(entry)
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+    return found
 
 
 def write_container_config(
@@ -88,14 +120,15 @@ def write_container_config(
     instance_type: str,
     processes: int,
 ) -> None:
-    """input/config/*.json and input/data/<channel> (a link to the channel's folder), as SageMaker
-    writes them into the container before it starts."""
+    """input/config/*.json and input/data/<channel>, as SageMaker writes them into the container before it
+    starts. Each channel is a copy, as File mode downloads it: the job may write beside its data (datasets
+    keeps its map() cache there) and the folder it came from stays as it was."""
     folder.config_dir.mkdir(parents=True, exist_ok=True)
     folder.input_data_dir.mkdir(parents=True, exist_ok=True)
     for name, path in channels.items():
-        link = folder.input_data_dir / name
-        if not link.exists():
-            link.symlink_to(path.resolve(), target_is_directory=True)
+        copy = folder.input_data_dir / name
+        if not copy.exists():
+            copy_channel(path.resolve(), copy)
     sagemaker_hps: dict[str, Any] = {
         "sagemaker_program": entry_point,
         "sagemaker_submit_directory": str(folder.sourcedir_path),

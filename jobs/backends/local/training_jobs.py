@@ -20,29 +20,32 @@ import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
-from jobs.backends import local_container, local_state, local_status
-from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
-from jobs.backends.local_code import (
+from jobs.backends.archives import ArchiveLimits
+from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, RunnableSource, S3Tarballs
+from jobs.backends.local import container as local_container
+from jobs.backends.local import state as local_state
+from jobs.backends.local import status as local_status
+from jobs.backends.local.code import (
     job_hyperparameters,
-    metric_scanner,
     runnable_source,
     save_metric_definitions,
 )
-from jobs.backends.local_environment import base_environment
-from jobs.backends.local_runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
-from jobs.backends.local_scaling import (
+from jobs.backends.local.interpreter import Interpreter, layered_environment
+from jobs.backends.local.job_python import JobPython, own_code_note
+from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
+from jobs.backends.local.runtime import ImageRuntimes
+from jobs.backends.local.sandbox import Sandbox, job_mounts, sandbox_environment
+from jobs.backends.local.scaling import (
     LocalLimits,
-    LocalRun,
+    check_own_channels,
     is_offline,
     local_forecast_target,
     scale_plan,
-    script_arguments,
 )
-from jobs.backends.local_state import JobFolder, JobState
+from jobs.backends.local.state import JobFolder, JobState
 from jobs.clock import Clock
-from jobs.errors import BackendError, BadInput, InvalidState, NotFound, TrainbotError
+from jobs.errors import BackendError, BadInput, ConfigError, InvalidState, NotFound, TrainbotError
 from jobs.planning.hyperparameters import check_launch_hyperparameters
 from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob, RemoteStatus
@@ -76,6 +79,11 @@ class LocalBackend:
         offline: bool | None = None,
         limits: LocalLimits | None = None,
         use_toolkit: bool | None = None,
+        runtimes: ImageRuntimes | None = None,
+        sandbox: Sandbox | None = None,
+        own_code_unsandboxed: bool = False,
+        code_limits: ArchiveLimits | None = None,
+        data_roots: Sequence[Path] = (),
     ) -> None:
         self._home = Path(home).resolve()  # job processes run elsewhere: every path they get is absolute
         self._jobs_root = self._home / "local-jobs"
@@ -85,7 +93,18 @@ class LocalBackend:
         self._offline = offline
         self._limits = limits or LocalLimits()
         self._use_toolkit = use_toolkit  # None: the toolkit where it can run, else the direct runner
-        self._code = CodeMaterializer(self._home, GitCodeSources(self._home), S3Tarballs(self._home, _s3_client))
+        self._sandbox = sandbox or Sandbox()
+        # The console (one person, their own machine) may run own code unsandboxed; serve and the CLI may not.
+        self._own_code_unsandboxed = own_code_unsandboxed
+        self._data_roots = tuple(data_roots)
+        code_limits = code_limits or ArchiveLimits()
+        self._code = CodeMaterializer(
+            self._home, GitCodeSources(self._home, limits=code_limits),
+            S3Tarballs(self._home, _s3_client, limits=code_limits), limits=code_limits,
+        )
+        self._code_limits = code_limits
+        # A team's own script runs on its training image's packages, not the bot's (runtime.py).
+        self._runtimes = runtimes or ImageRuntimes(self._home)
 
     # ------------------------------------------------------------------ the port
 
@@ -147,7 +166,7 @@ class LocalBackend:
 
     def metric_series(self, job_name: str) -> MetricSeries:
         folder = self._folder(job_name)
-        return local_status.metric_series(folder.log_path, metric_scanner(folder))
+        return local_status.metric_series(folder)
 
     def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         folder = self._folder(job_name)
@@ -161,7 +180,20 @@ class LocalBackend:
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
         run = scale_plan(plan, offline=is_offline(self._offline), limits=self._limits)
-        return f"{run.note()}; {local_container.RUNNER_LABELS[self._runner_kind()]}"
+        isolation = self._sandbox.describe(network=not run.offline)
+        if plan.spec.own_code:
+            return f"{own_code_note(plan, run, self._runtimes)}; {isolation}"
+        return f"{run.note()}; {local_container.RUNNER_LABELS[self._runner_kind(self._python)]}; {isolation}"
+
+    def own_code_refusal(self) -> str | None:
+        """The sentence own code (code=) is refused with here, before anything is recorded: on serve and the
+        CLI it runs only sandboxed; None where it may run."""
+        try:
+            if self._own_code_unsandboxed or self._sandbox.active():
+                return None
+        except ConfigError as exc:
+            return exc.user_message()
+        return self._sandbox.refuse_own_code().user_message()
 
     def progress(self, job_names: Sequence[str]) -> dict[str, Progress]:
         """Each job's last `[progress]` line (a file read each, no API to batch)."""
@@ -180,7 +212,12 @@ class LocalBackend:
         run = scale_plan(plan, offline=is_offline(self._offline), limits=self._limits)
         return local_forecast_target(plan, run)
 
-    # ------------------------------------------------------------------ for the console and demo
+    # ------------------------------------------------------------------ SimulatedSpot (jobs.backend)
+
+    def saved_checkpoint(self, job_name: str) -> bool:
+        """trainer_state.json is written last into a checkpoint folder: its presence means a whole one."""
+        folder = Path(self._folder(job_name).load().checkpoint_dir)
+        return folder.is_dir() and any(folder.glob("checkpoint-*/trainer_state.json"))
 
     def job_progress(self, job_name: str) -> dict[str, float | int] | None:
         """The last `[progress]` line: {"step", "max_steps", "loss", "eta_s"}; None before the first."""
@@ -195,34 +232,33 @@ class LocalBackend:
         return local_status.steps_redone(self._folder(job_name))
 
     def checkpoint_folder(self, checkpoint_uri: str) -> Path:
-        """The local folder standing in for `checkpoint_uri`: home/checkpoints/<bucket>/<key>."""
-        parsed = urlparse(checkpoint_uri)
-        parts = [p for p in f"{parsed.netloc}/{parsed.path}".split("/") if p not in ("", ".", "..")]
-        if not parts:
-            raise BadInput(
-                f"Checkpoint URI {checkpoint_uri!r} names no bucket or prefix; use s3://BUCKET/PREFIX."
-            )
-        return self._home.joinpath("checkpoints", *(_safe_part(p) for p in parts))
+        """The local folder standing in for `checkpoint_uri` (local_state.checkpoint_folder)."""
+        return local_state.checkpoint_folder(self._home, checkpoint_uri)
 
     # ------------------------------------------------------------------ launching
 
     def _start(self, folder: JobFolder, plan: LaunchPlan) -> None:
+        isolated = self._sandbox.active()  # before any code is fetched: a refusal leaves nothing behind
+        if plan.spec.own_code and not isolated and not self._own_code_unsandboxed:
+            raise self._sandbox.refuse_own_code()
         offline = is_offline(self._offline)
-        assets = None
-        if offline:  # the tiny model is needed even when the data is the person's own folder
-            from jobs.backends.offline_assets import ensure_local_assets  # builds once, a few seconds
-
-            assets = ensure_local_assets(self._home)
+        # The code first: a refused archive or repository costs no image runtime build (minutes, once).
+        source = runnable_source(self._code, plan)
+        job_python = JobPython.of(plan, self._runtimes, self._python)
+        assets = job_python.assets(plan, self._runtimes, self._home, offline=offline)
         run = scale_plan(plan, offline=offline, limits=self._limits, assets=assets)
-        kind = self._runner_kind()
-        entry, code_env = self._package_code(folder, plan, unpack=kind == local_container.DIRECT)
+        if plan.spec.own_code:
+            check_own_channels(plan, run)
+        kind = self._runner_kind(job_python.python)
+        entry, code_env = self._snapshot(folder, source, unpack=kind == local_container.DIRECT)
+        code_env = job_python.code_environment(code_env, self._limits)
         uri = plan.estimator.get("checkpoint_s3_uri")
         checkpoints = self.checkpoint_folder(uri) if uri else folder.path / "checkpoints"
         for path in (folder.model_dir, folder.output_dir, folder.config_dir, folder.log_path.parent, checkpoints):
             path.mkdir(parents=True, exist_ok=True)
         hps = job_hyperparameters(plan, run.hyperparameters, folder, checkpoints)
         save_metric_definitions(folder, plan)
-        channels = {name: path for name, path in (("train", run.train_channel), ("test", run.test_channel)) if path}
+        channels = run.channels
         instance_type = str(plan.estimator.get("instance_type", ""))
         local_container.write_container_config(
             folder, hyperparameters=hps, channels=channels, entry_point=entry, instance_type=instance_type,
@@ -238,52 +274,45 @@ class LocalBackend:
             spot=bool(plan.estimator.get("use_spot_instances")),
             task=plan.spec.task or "",
             runner=kind,
+            isolation="bwrap" if isolated else "",
             processes=run.processes,
             offline=offline,
-            note=f"{run.note()}; {local_container.RUNNER_LABELS[kind]}",
+            note=f"{run.note()}; {local_container.RUNNER_LABELS[kind]}; {self._sandbox.describe(network=not offline)}",
             checkpoint_dir=str(checkpoints),
             hyperparameters=hps,
             max_run=plan.estimator.get("max_run"),
             transitions=[{"status": "Starting", "start": now.isoformat(), "end": None}],
         )
         folder.save(state)  # before the spawn: a crash in between leaves a record, never a stray process
-        argv, env = self._command(kind, folder, run, hps, channels, entry)
+        # The job's own environment, layered on the interpreter it runs on (the bot's, or its image runtime):
+        # requirements.txt installs there, never into the interpreter's.
+        interpreter = Interpreter.of(job_python.python)
+        python = str(layered_environment(interpreter, folder.env_dir))
+        argv, env = job_python.command(kind, folder, run, hps, channels, entry, python=python)
         env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
+        if isolated:
+            data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots]
+            mounts = job_mounts(folder, interpreter, checkpoints=checkpoints, data=data, home=self._home,
+                                network=not offline)
+            argv, env = self._sandbox.command(argv, mounts), sandbox_environment(env, folder.scratch_dir)
         state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
         folder.save(state)
         logger.info("launched local job %s (pid %s): %s", folder.name, state.pid, state.note)
 
-    def _runner_kind(self) -> str:
+    def _runner_kind(self, python: str) -> str:
         if self._use_toolkit is None:
-            usable = local_container.toolkit_available(self._python)
+            usable = local_container.toolkit_available(python, own=python == self._python)
         else:
             usable = self._use_toolkit
         return local_container.TOOLKIT if usable else local_container.DIRECT
 
-    def _package_code(self, folder: JobFolder, plan: LaunchPlan, *, unpack: bool) -> tuple[str, dict[str, str]]:
+    def _snapshot(self, folder: JobFolder, source: RunnableSource, *, unpack: bool) -> tuple[str, dict[str, str]]:
         # A snapshot, as SageMaker uploads source_dir: editing the source never changes a running job.
-        source = runnable_source(self._code, plan)
         folder.path.mkdir(parents=True, exist_ok=True)
-        local_container.write_sourcedir(Path(source.source_dir), folder.sourcedir_path)
+        local_container.write_sourcedir(Path(source.source_dir), folder.sourcedir_path, self._code_limits)
         if unpack:
-            local_container.unpack_sourcedir(folder.sourcedir_path, folder.code_dir)
+            local_container.unpack_sourcedir(folder.sourcedir_path, folder.code_dir, self._code_limits)
         return source.entry_point, dict(source.environment)
-
-    def _command(
-        self, kind: str, folder: JobFolder, run: LocalRun, hps: dict[str, Any], channels: dict[str, Path], entry: str
-    ) -> tuple[list[str], dict[str, str]]:
-        """(argv, environment) of the job: allowlisted variables only, never the bot's own."""
-        base = base_environment(self._python)
-        if run.offline:
-            base.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
-        if kind == local_container.TOOLKIT:
-            env = local_container.toolkit_environment(base, folder, processes=run.processes)
-            return local_container.toolkit_command(self._python, folder), env
-        env = local_container.direct_environment(
-            base, folder, hyperparameters=hps, channels=channels, entry_point=entry, processes=run.processes
-        )
-        argv = local_container.direct_command(self._python, folder, entry, script_arguments(hps), run.processes)
-        return argv, env
 
     # ------------------------------------------------------------------ observing
 
@@ -393,18 +422,17 @@ class LocalBackend:
         """`sig` to the job's processes. Under the toolkit, SIGTERM spares `train` itself: it would die at
         once and take the script's output pipes with it, so the best-effort save could never be logged."""
         assert state.pid is not None
-        spare = "/train" if state.runner == local_container.TOOLKIT and sig == SIGTERM else None
+        spare: tuple[str, ...] = ()
+        if sig == SIGTERM:  # bwrap outside the sandbox would die of it, and take the sandbox with it
+            spare = (("/train",) if state.runner == local_container.TOOLKIT else ()) + (
+                ("bwrap",) if state.isolation == "bwrap" else ())
         self._runner.signal_group(state.pid, sig, spare=spare)
 
 
 def _s3_client() -> Any:
     # Built only when a local job's code is an s3:// tarball: the standard AWS chain, AWS_ENDPOINT_URL included.
-    from jobs.backends.sagemaker_session import make_boto_session
+    from jobs.backends.aws_session import make_boto_session
 
     return make_boto_session().client("s3")
-
-
-def _safe_part(part: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+@-]", "_", part)
 
 

@@ -1,7 +1,7 @@
 """Starting, signalling and finding local training processes: the only place the local backend forks.
 
 `ProcessRunner` is the port the `LocalBackend` is given (a constructor argument), so callers can
-substitute their own; `SubprocessRunner` is the real one. Every job runs under `local_wrapper.py`,
+substitute their own; `SubprocessRunner` is the real one. Every job runs under `wrapper.py`,
 detached in its own session, so a bot restart neither kills it nor loses its exit code.
 """
 
@@ -17,7 +17,7 @@ from typing import Protocol
 
 logger = logging.getLogger(__name__)
 
-WRAPPER = Path(__file__).with_name("local_wrapper.py")
+WRAPPER = Path(__file__).with_name("wrapper.py")
 
 
 class ProcessRunner(Protocol):
@@ -26,9 +26,10 @@ class ProcessRunner(Protocol):
         The pid is also the process group id, so `signal_group` reaches every process of the job."""
         ...
 
-    def signal_group(self, pid: int, sig: int, *, spare: str | None = None) -> None:
+    def signal_group(self, pid: int, sig: int, *, spare: tuple[str, ...] = ()) -> None:
         """Send `sig` to the job's process group; a group that is gone already is not an error.
-        `spare`: processes whose command's second word ends with it are left out (where /proc exists)."""
+        `spare`: processes whose program or script (their command's first or second word) ends with one of
+        these are left out (where /proc exists)."""
         ...
 
     def is_alive(self, pid: int) -> bool: ...
@@ -58,7 +59,7 @@ class SubprocessRunner:
         logger.info("started local job process %d: %s", proc.pid, " ".join(argv[:6]))
         return proc.pid
 
-    def signal_group(self, pid: int, sig: int, *, spare: str | None = None) -> None:
+    def signal_group(self, pid: int, sig: int, *, spare: tuple[str, ...] = ()) -> None:
         members = _group_members(pid) if spare else None
         if members is None:
             try:
@@ -67,7 +68,7 @@ class SubprocessRunner:
                 logger.info("process group %d is gone already; signal %d not sent", pid, sig)
             return
         for member, argv in members.items():
-            if len(argv) > 1 and argv[1].endswith(spare or ""):
+            if any(word.endswith(spare) for word in argv[:2]):
                 continue
             try:
                 os.kill(member, sig)

@@ -5,7 +5,7 @@ is left to wait() for the training process. This wrapper waits instead and write
 ({"exit_code", "wall_seconds"}) atomically, which is how any later bot process learns the outcome.
 
 It is run by file path with the bot's Python and imports only the standard library.
-Usage: python local_wrapper.py EXIT_FILE -- COMMAND [ARG ...]
+Usage: python wrapper.py EXIT_FILE -- COMMAND [ARG ...]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _write_atomically(path: Path, payload: dict[str, float | int]) -> None:
 
 def main(argv: list[str]) -> int:
     if len(argv) < 3 or argv[1] != "--":
-        print("usage: local_wrapper.py EXIT_FILE -- COMMAND [ARG ...]", file=sys.stderr)
+        print("usage: wrapper.py EXIT_FILE -- COMMAND [ARG ...]", file=sys.stderr)
         return 2
     exit_file, command = Path(argv[0]), argv[2:]
     signal.signal(signal.SIGTERM, _ignore_but_outlive)

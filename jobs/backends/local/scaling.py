@@ -4,6 +4,10 @@ A plan asks for GPUs, hours and (maybe) hub models; locally we have a few cores 
 change is made here, in one pure function, and summed up in one line the plan card shows, so the
 scale-down is never silent. By default (offline) the model is the tiny BERT and the data the generated
 channels from `offline_assets`; with TRAINBOT_LOCAL_HUB=1 the hub names pass through unchanged.
+
+An attempt on a type with another GPU count than planned (a relaunch) runs that many times the planned
+processes (capped by the cores), and keeps the local run's global batch the way the plan keeps its own
+(jobs.planning.batch): the per-device batch divided, or the accumulation raised.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from jobs.backends.offline_assets import LocalAssets
+from jobs.backends.local.offline_assets import LocalAssets
+from jobs.errors import BadInput
 from jobs.planning import cadence
+from jobs.planning.batch import ACCUMULATION, BOTH, PER_DEVICE, BatchNotKept, BatchSettings, keep_global_batch
 from jobs.planning.forecast import ForecastTarget, Hardware
 from jobs.planning.pricing import hourly_usd
 from jobs.planning.workload import ModelShape, workload_of
@@ -50,6 +56,7 @@ class LocalLimits:
     eval_batch_size: int = 32
     max_seq_length: int = 128
     save_steps: int = 10  # so a spot demo has a checkpoint within seconds
+    own_checkpoint_minutes: float = 0.05  # the spot entry's clock for a team's Trainer here: a save every 3 s
     train_samples: int = 200  # offline: generated examples trained on
     eval_samples: int = 100  # offline: generated examples evaluated on
     # A randomly initialised tiny BERT learns nothing in 60 steps at the usual 5e-5.
@@ -72,12 +79,19 @@ class LocalRun:
     train_channel: Path | None
     test_channel: Path | None
     notes: tuple[str, ...] = ()
+    other_channels: tuple[tuple[str, Path], ...] = ()  # validation and channel.NAME folders (own data)
+    warnings: tuple[str, ...] = ()  # what will fail on this machine, said before the launch
+
+    @property
+    def channels(self) -> dict[str, Path]:
+        named = {"train": self.train_channel, "test": self.test_channel}
+        return {**{name: path for name, path in named.items() if path}, **dict(self.other_channels)}
 
     def note(self) -> str:
         steps = self.hyperparameters.get("max_steps")
         procs = f"{self.processes} process" + ("es" if self.processes != 1 else "")
         parts = [self.model_label, self.data_label, *([f"{steps} steps"] if steps is not None else []), procs]
-        return "; ".join(("local: " + ", ".join(parts), *self.notes))
+        return "; ".join(("local: " + ", ".join(parts), *self.notes, *(f"⚠ {w}" for w in self.warnings)))
 
 
 def is_offline(offline: bool | None) -> bool:
@@ -100,45 +114,106 @@ def scale_plan(
     hps = _capped_hyperparameters(dict(plan.estimator.get("hyperparameters") or {}), spec.task or "", limits)
     # The same cadence rule as the plan's, for the scaled-down length: a loss curve here too.
     hps.update(cadence.chosen_cadence(spec.hyperparameters, int(hps["max_steps"]), evaluates=cadence.evaluates(hps)))
-    processes, notes = _processes(spec.distribution, spec.instance_count, limits)
+    planned, notes = _processes(spec.distribution, spec.instance_count, limits)
+    processes = _attempt_processes(plan, planned, limits, notes)
     if _half_precision(hps):
         notes.append("fp16 off on the CPU")
         hps.update({key: False for key in ("fp16", "bf16") if key in hps})
     train, test, data_label, data_notes = _data(spec, offline, limits, assets, hps)
     notes.extend(data_notes)
+    approved = plan.approved_batch
     if offline:
         model_dir = assets.model_dir if assets else _TINY_MODEL_PLACEHOLDER
         hps["model_name_or_path"] = str(model_dir)
         hps.setdefault("learning_rate", limits.tiny_model_learning_rate)
-        hps["per_device_train_batch_size"] = limits.tiny_model_batch_size
+        per_device = limits.tiny_model_batch_size
         model_label = "tiny BERT"
     else:
+        per_device = min(approved.per_device, limits.train_batch_size)
         model_label = str(hps.get("model_name_or_path") or spec.model)
+    local = BatchSettings(per_device, approved.accumulation, planned, 1)
+    _keep_local_batch(hps, local, processes, BOTH, notes)
     return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes))
 
 
+#: A local run that asks for half precision: the CPU has none, and a script parsing ``--fp16`` with argparse's
+#: ``type=bool`` reads the toolkit's ``False`` as True, so the bot cannot switch it off for the script.
+HALF_PRECISION_WARNING = (
+    "{keys} asked for: this machine's CPU has no half precision, so the script fails here unless it turns it "
+    "off (hp.fp16=false works where the script reads \"False\" as false; argparse type=bool reads it as True)"
+)
+
+
+def _attempt_processes(plan: LaunchPlan, planned: int, limits: LocalLimits, notes: list[str]) -> int:
+    """The planned processes, times the attempt type's GPUs over the planned type's (capped by the cores)."""
+    approved, attempt = plan.approved_batch, plan.attempt_batch
+    if attempt.accelerators == approved.accelerators:
+        return planned
+    processes = min(max(1, planned * attempt.accelerators // approved.accelerators), limits.max_processes)
+    notes.append(f"{attempt.accelerators} GPUs an instance instead of the planned {approved.accelerators}: "
+                 f"{processes} process{'es' if processes != 1 else ''} instead of {planned}")
+    return processes
+
+
+def _keep_local_batch(
+    hps: dict[str, Any], local: BatchSettings, processes: int, adjustable: frozenset[str], notes: list[str]
+) -> None:
+    """The local run's own global batch (``local``, as planned) on ``processes``, written into ``hps``."""
+    try:
+        kept = keep_global_batch(local, processes, adjustable=adjustable)
+    except BatchNotKept as exc:
+        notes.append(f"the local run's global batch changes: {exc}")
+        kept = local
+    if PER_DEVICE in adjustable:
+        hps[PER_DEVICE] = kept.per_device
+    if ACCUMULATION in adjustable and (ACCUMULATION in hps or kept.accumulation != 1):
+        hps[ACCUMULATION] = kept.accumulation
+
+
 def _own_code_run(plan: LaunchPlan, *, offline: bool, limits: LocalLimits, assets: LocalAssets | None) -> LocalRun:
-    """A team's own script gets its arguments as planned: nothing is added (it may not take our keys), the
-    sizes it was given are capped, half precision is off on the CPU, and offline its model= is the tiny BERT."""
+    """A team's own script gets its arguments as planned: nothing is added (it may not take our keys), the sizes
+    it was given are capped, and offline its model= is the tiny BERT; half precision is warned of, not rewritten."""
     spec = plan.spec
     hps = {k: v for k, v in dict(plan.estimator.get("hyperparameters") or {}).items() if not k.startswith("sagemaker_")}
     for key, limit in (("max_steps", limits.max_steps), ("per_device_train_batch_size", limits.train_batch_size),
                        ("per_device_eval_batch_size", limits.eval_batch_size), ("max_seq_length", limits.max_seq_length)):
         if key in hps:
             _cap(hps, key, limit)
-    processes, notes = _processes(spec.distribution, spec.instance_count, limits)
-    if _half_precision(hps):
-        notes.append("fp16 off on the CPU")
-        hps.update({key: False for key in ("fp16", "bf16") if key in hps})
-    own = _local_folder(spec.train_data)
-    train, test = ((own / "train", own / "test") if (own / "train").is_dir() else (own, own)) if own else (None, None)
-    model_label = str(hps.get("model_name_or_path") or spec.model)
+    planned, notes = _processes(spec.distribution, spec.instance_count, limits)
+    processes = _attempt_processes(plan, planned, limits, notes)
+    given = frozenset(name for name in BOTH if name in hps)
+    if given and processes != planned:
+        approved = plan.approved_batch
+        local = BatchSettings(min(approved.per_device, limits.train_batch_size), approved.accumulation, planned, 1)
+        _keep_local_batch(hps, local, processes, given, notes)
+    asked = [key for key in ("fp16", "bf16") if _is_true(hps.get(key))]
+    warnings = (HALF_PRECISION_WARNING.format(keys=" and ".join(f"{k}=yes" for k in asked)),) if asked else ()
+    folders = {name: _local_folder(uri) for name, uri in spec.input_channels().items()}
+    own = folders.get("train")
+    train, test = own, folders.get("test")
+    if own is not None and (own / "train").is_dir() and test is None:  # one folder with train/ and test/ in it
+        train, test = own / "train", (own / "test" if (own / "test").is_dir() else None)
+    others = tuple((name, path) for name, path in folders.items() if name not in ("train", "test") and path)
+    model_label = str(hps.get("model_name_or_path") or spec.model_label)
     if offline and "model_name_or_path" in hps:
         hps["model_name_or_path"] = str(assets.model_dir if assets else _TINY_MODEL_PLACEHOLDER)
         model_label = "tiny BERT"
-    data_label = f"data from {own}" if own else "the script's own data arguments"
+    named = [name for name, path in {"train": train, "test": test, **dict(others)}.items() if path]
+    data_label = f"channels {', '.join(named)} from local folders" if named else "the script's own data arguments"
     notes.insert(0, f"your {spec.entry} with its arguments as planned")
-    return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes))
+    return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes), others, warnings)
+
+
+def check_own_channels(plan: LaunchPlan, run: LocalRun) -> None:
+    """A team's script reads every channel it was given: each must be a folder here (S3 is SageMaker's)."""
+    for name, uri in plan.spec.input_channels().items():
+        if _local_folder(uri) is None:
+            raise BadInput(f"On the local backend the {name} channel must be a local folder, not {uri!r}: "
+                           "put the data under TRAINBOT_HOME/data or a folder of TRAINBOT_LOCAL_DATA_DIRS.")
+
+
+def _is_true(value: object) -> bool:
+    return value is True or str(value).lower() in _TRUE_WORDS
 
 
 def local_forecast_target(plan: LaunchPlan, run: LocalRun) -> ForecastTarget:

@@ -211,8 +211,12 @@ def build_tiny_bert(
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    # safetensors where it is installed (an image runtime of transformers 4.x may lack it: then torch's format).
+    import importlib.util
+
+    safe = importlib.util.find_spec("safetensors") is not None
     try:
-        BertModel(config).save_pretrained(str(dest), safe_serialization=True)
+        BertModel(config).save_pretrained(str(dest), safe_serialization=safe)
     finally:
         hf_logging.enable_progress_bar()
     return dest

@@ -6,12 +6,18 @@ training-job and endpoint state changes, the rule's target, and the queue policy
 
 Events come at least once and in any order, so a notice only says "look at this job now": the watcher
 describes the job and acts on what SageMaker answers, never on the event's own fields.
+
+A message is outside input like any other: one that cannot be read (any exception: bad JSON, a body nested
+too deep for the parser, a name SageMaker would never send) becomes an "unreadable" notice that is never
+deleted, so it neither stops the rest of its batch nor comes back for ever: after MAX_RECEIVES receives SQS
+moves it to the dead-letter queue `setup_events` makes beside the queue (RedrivePolicy), to be looked at.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -19,8 +25,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
-from jobs.backends.aws_errors import AwsContext, aws_errors, error_code
-from jobs.backends.sagemaker_session import CONNECT_TIMEOUT_S, MAX_ATTEMPTS, endpoint_of, make_boto_session
+from jobs.backends.aws_session import CONNECT_TIMEOUT_S, MAX_ATTEMPTS, endpoint_of, make_boto_session
+from jobs.backends.sagemaker.errors import AwsContext, aws_errors, error_code
 from jobs.errors import ConfigError
 from jobs.settings import Settings
 
@@ -38,6 +44,13 @@ WAIT_SECONDS = 20  # SQS's longest long poll
 VISIBILITY_SECONDS = 120
 RETENTION_SECONDS = 86_400  # older changes are caught by the periodic poll anyway
 BATCH = 10  # SQS's most messages per receive or delete
+#: Receives of one message before SQS moves it to the dead-letter queue (a message the bot cannot read, or one
+#: whose job could not be looked at that often: the periodic poll catches its change anyway).
+MAX_RECEIVES = 5
+DEAD_LETTER_SUFFIX = "-dead-letters"
+DEAD_LETTER_RETENTION_SECONDS = 1_209_600  # SQS's longest: 14 days to look at what was set aside
+#: The names SageMaker gives training jobs and endpoints (its own rule); anything else is not its event.
+_SAGEMAKER_NAME = re.compile(r"[a-zA-Z0-9](?:-*[a-zA-Z0-9]){0,62}")
 
 
 @dataclass(frozen=True)
@@ -45,27 +58,30 @@ class EventsSetup:
     queue_url: str
     queue_arn: str
     rule_arn: str
+    dead_letter_url: str = ""
+    dead_letter_arn: str = ""
 
 
 @dataclass(frozen=True)
 class ChangeNotice:
     """One queued event: which training job or endpoint to look at now. `kind` "other" is a message that
-    is not a SageMaker change the bot follows (deleted unread)."""
+    is not a SageMaker change the bot follows (deleted unread); "unreadable" one it could not read (kept, so
+    SQS moves it to the dead-letter queue)."""
 
-    kind: Literal["training", "endpoint", "other"]
+    kind: Literal["training", "endpoint", "other", "unreadable"]
     name: str
     receipt: str
 
 
 def setup_events(session: boto3.Session, *, queue_name: str = DEFAULT_QUEUE, region: str | None = None
                  ) -> EventsSetup:
-    """The queue, the rule, its target and the queue policy; safe to run again (each call is an upsert)."""
+    """The queue, its dead-letter queue, the rule, its target and the queue policy; safe to run again (each
+    call is an upsert)."""
     sqs = session.client("sqs", region_name=region)
     events = session.client("events", region_name=region)
-    with aws_errors(AwsContext(action=f"create the SQS queue {queue_name}", endpoint=endpoint_of(sqs))):
-        queue_url = sqs.create_queue(QueueName=queue_name)["QueueUrl"]
-        queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
-            "Attributes"]["QueueArn"]
+    queue_url, queue_arn = _queue(sqs, queue_name)
+    dead_name = queue_name[: 80 - len(DEAD_LETTER_SUFFIX)] + DEAD_LETTER_SUFFIX  # SQS names are at most 80
+    dead_url, dead_arn = _queue(sqs, dead_name)
     with aws_errors(AwsContext(action=f"create the EventBridge rule {RULE_NAME}", endpoint=endpoint_of(events))):
         rule_arn = events.put_rule(
             Name=RULE_NAME, EventPattern=json.dumps(EVENT_PATTERN), State="ENABLED",
@@ -81,9 +97,22 @@ def setup_events(session: boto3.Session, *, queue_name: str = DEFAULT_QUEUE, reg
             "VisibilityTimeout": str(VISIBILITY_SECONDS),
             "MessageRetentionPeriod": str(RETENTION_SECONDS),
             "ReceiveMessageWaitTimeSeconds": str(WAIT_SECONDS),
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dead_arn, "maxReceiveCount": str(MAX_RECEIVES)}),
         })
-    log.info("events set up: rule %s -> queue %s", rule_arn, queue_url)
-    return EventsSetup(queue_url=queue_url, queue_arn=queue_arn, rule_arn=rule_arn)
+        sqs.set_queue_attributes(QueueUrl=dead_url, Attributes={
+            "MessageRetentionPeriod": str(DEAD_LETTER_RETENTION_SECONDS),
+        })
+    log.info("events set up: rule %s -> queue %s (dead letters: %s)", rule_arn, queue_url, dead_url)
+    return EventsSetup(queue_url=queue_url, queue_arn=queue_arn, rule_arn=rule_arn, dead_letter_url=dead_url,
+                       dead_letter_arn=dead_arn)
+
+
+def _queue(sqs: Any, name: str) -> tuple[str, str]:
+    """(URL, ARN) of the queue ``name``, made if it is not there (CreateQueue returns an existing one)."""
+    with aws_errors(AwsContext(action=f"create the SQS queue {name}", endpoint=endpoint_of(sqs))):
+        url = sqs.create_queue(QueueName=name)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return str(url), str(arn)
 
 
 def setup_from_settings(settings: Settings, queue: str | None = None) -> EventsSetup:
@@ -166,14 +195,26 @@ class EventQueue:
 
 
 def _notice(message: dict[str, Any]) -> ChangeNotice:
+    """Never raises: whatever reading one message throws sets that message aside, not its batch."""
     receipt = str(message.get("ReceiptHandle", ""))
     try:
-        event = json.loads(message.get("Body") or "")
-        detail_type, detail = event.get("detail-type"), event.get("detail") or {}
-        if event.get("source") == "aws.sagemaker" and detail_type == TRAINING_CHANGE:
-            return ChangeNotice("training", str(detail["TrainingJobName"]), receipt)
-        if event.get("source") == "aws.sagemaker" and detail_type == ENDPOINT_CHANGE:
-            return ChangeNotice("endpoint", str(detail["EndpointName"]), receipt)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        log.warning("an events-queue message is not a SageMaker change; dropped")
-    return ChangeNotice("other", "", receipt)
+        return _read(message, receipt)
+    except Exception as exc:  # RecursionError from a deeply nested body included
+        log.warning("events-queue message %s cannot be read (%s); left for the dead-letter queue",
+                    str(message.get("MessageId", "?"))[:80], type(exc).__name__)
+        return ChangeNotice("unreadable", "", receipt)
+
+
+def _read(message: dict[str, Any], receipt: str) -> ChangeNotice:
+    event = json.loads(message.get("Body") or "")
+    if not isinstance(event, dict) or event.get("source") != "aws.sagemaker":
+        log.info("an events-queue message is not a SageMaker change; deleted")
+        return ChangeNotice("other", "", receipt)
+    detail_type, detail = event.get("detail-type"), event.get("detail")
+    field = {TRAINING_CHANGE: "TrainingJobName", ENDPOINT_CHANGE: "EndpointName"}.get(str(detail_type))
+    if field is None:
+        return ChangeNotice("other", "", receipt)
+    name = detail.get(field) if isinstance(detail, dict) else None
+    if not isinstance(name, str) or not _SAGEMAKER_NAME.fullmatch(name):
+        raise ValueError(f"{field} is not a SageMaker name")
+    return ChangeNotice("training" if field == "TrainingJobName" else "endpoint", name, receipt)

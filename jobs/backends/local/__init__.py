@@ -1,0 +1,1 @@
+"""The local backend: training jobs and endpoints as processes on this machine, shaped like SageMaker's."""
