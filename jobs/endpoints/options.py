@@ -25,8 +25,12 @@ _INSTANCE = re.compile(r"ml\.[a-z0-9]+\.[a-z0-9]+")
 _NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
 _TRUE = frozenset({"yes", "true", "on", "1"})
 _FALSE = frozenset({"no", "false", "off", "0"})
-_KEYS = ("instance_type", "instance_count", "serverless", "memory_mb", "max_concurrency", "name")
-_ALIASES = {"instances": "instance_count", "memory": "memory_mb", "endpoint": "name"}
+_KEYS = ("instance_type", "instance_count", "serverless", "memory_mb", "max_concurrency", "name", "alarm", "canary")
+_ALIASES = {"instances": "instance_count", "memory": "memory_mb", "endpoint": "name", "canary_percent": "canary"}
+#: Options that only a promotion into an existing endpoint takes (an update in place, blue/green).
+ROLLOUT_KEYS = ("alarm", "canary")
+_ALARM = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+MAX_CANARY_PERCENT = 50  # SageMaker: a canary is at most half the fleet
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,9 @@ class DeployOptions:
     memory_mb: int = DEFAULT_MEMORY_MB
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
     name: str | None = None
+    alarm: str | None = None  # promotions: "yes" (the bot names it) or an alarm name; None: no alarm
+    canary_percent: int | None = None  # promotions: the canary's share of capacity
+    given: frozenset[str] = frozenset()  # the options written (the rest are defaults)
 
 
 def parse_options(options: dict[str, str]) -> DeployOptions:
@@ -65,7 +72,25 @@ def parse_options(options: dict[str, str]) -> DeployOptions:
             given.get("max_concurrency", str(DEFAULT_MAX_CONCURRENCY)), "max_concurrency", 1, MAX_CONCURRENCY
         ),
         name=check_name(given["name"]) if given.get("name") else None,
+        alarm=_alarm(given["alarm"]) if "alarm" in given else None,
+        canary_percent=_bounded(given["canary"], "canary", 1, MAX_CANARY_PERCENT) if "canary" in given else None,
+        given=frozenset(given),
     )
+
+
+def _alarm(raw: str) -> str | None:
+    """``alarm=yes``: an alarm the bot names for the endpoint; ``alarm=NAME``: that one; ``alarm=no``: none."""
+    word = raw.lower()
+    if word in _TRUE:
+        return "yes"
+    if word in _FALSE:
+        return None
+    if not _ALARM.fullmatch(raw):
+        raise BadInput(
+            f"alarm={raw!r} is not a CloudWatch alarm name: write alarm=yes (the bot makes one on the endpoint's "
+            "5xx errors) or alarm=NAME (letters, digits, '.', '_' and '-')."
+        )
+    return raw
 
 
 def _canonical(key: str) -> str:

@@ -7,6 +7,7 @@ name, and who may do it is decided in `jobs.endpoints.service`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
@@ -60,6 +61,7 @@ class RemoteEndpoint:
     status: str
     failure_reason: str = ""
     last_modified: datetime | None = None
+    config_name: str = ""  # the endpoint config it serves now ("" where the backend does not say)
 
     @property
     def ready(self) -> bool:
@@ -68,6 +70,27 @@ class RemoteEndpoint:
     @property
     def failed(self) -> bool:
         return self.status in ("Failed", "OutOfService")
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """How an update in place shifts traffic (SageMaker's blue/green deployment; the local backend swaps
+    its model atomically whatever this says)."""
+
+    canary_percent: int | None = None  # a canary step of this share of capacity first; None: all at once
+    wait_seconds: int = 300  # between the canary and the rest, and before the old fleet goes
+    alarm: str | None = None  # a CloudWatch alarm on the endpoint's 5xx errors: firing rolls it back
+
+
+@dataclass(frozen=True)
+class UpdateRequest:
+    """An endpoint updated in place to the config ``config_name``: a new one made of ``model`` (a
+    promotion), or one it served before (``model`` None: a rollback). Name and URL never change."""
+
+    endpoint: str
+    config_name: str
+    model: DeployRequest | None
+    rollout: Rollout
 
 
 @dataclass(frozen=True)
@@ -92,8 +115,15 @@ class EndpointBackend(Protocol):
         """Raises NotFound for an endpoint the backend does not have."""
         ...
 
-    def delete(self, name: str) -> None:
-        """Delete the endpoint and its config (the model stays); an endpoint already gone is not an error."""
+    def update(self, request: UpdateRequest) -> None:
+        """Start moving the live endpoint to ``request.config_name`` (made first when ``request.model`` is
+        given) and return at once; `describe` says when it serves it. Safe to retry: a config or model
+        that exists already is used, not made twice. Raises BackendError with a sentence a person can act on."""
+        ...
+
+    def delete(self, name: str, *, configs: Sequence[str] = ()) -> None:
+        """Delete the endpoint, its config and ``configs`` (those it served before; the models stay); an
+        endpoint or config already gone is not an error."""
         ...
 
     def invoke(self, name: str, payload: dict[str, Any]) -> Any:

@@ -13,11 +13,13 @@ import builtins
 import logging
 import secrets
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobs.clock import Clock
 from jobs.endpoints import texts as texts
+from jobs.endpoints.checks import check_caps, served_model, task_of
 from jobs.endpoints.options import (
+    ROLLOUT_KEYS,
     DeployOptions,
     check_name,
     choose_framework,
@@ -28,30 +30,42 @@ from jobs.endpoints.options import (
     prediction_payload,
 )
 from jobs.endpoints.port import DeployRequest, EndpointBackend, EndpointStatus, RemoteEndpoint
+from jobs.endpoints.promotions import PromotionService
 from jobs.endpoints.store import LIVE, DeployPlan, Endpoint, EndpointCycle, EndpointStore, IdleEndpoint
-from jobs.errors import BadInput, BudgetExceeded, InvalidState, NotFound, SpecError, TrainbotError
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.errors import BadInput, InvalidState, NotFound, TrainbotError
 from jobs.permissions import AccessPolicy
-from jobs.planning.pricing import SECONDS_PER_HOUR, hourly_usd, usd
+from jobs.planning.pricing import SECONDS_PER_HOUR, usd
 from jobs.records import Actor
 from jobs.settings import Settings
-from jobs.store.store import Lineage, Store
+from jobs.store.store import Store
+
+if TYPE_CHECKING:
+    from jobs.registry.service import RegistryService
 
 __all__ = ["DeployPlan", "Endpoint", "EndpointCycle", "EndpointService", "IdleEndpoint"]
 
 log = logging.getLogger(__name__)
 
 _CREATING = (EndpointStatus.CREATING.value,)
+#: The remote status recorded once the backend accepted the deploy (until a describe says more).
+ASKED = "Creating"
+#: How long a deploy may take to reach the backend (the SDK creates the model and its config first)
+#: before "no such endpoint" means it never will (the process died between the record and the call).
+DEPLOY_GRACE = timedelta(minutes=10)
 
 
 class EndpointService:
-    def __init__(self, *, store: Store, backend: EndpointBackend, settings: Settings, clock: Clock) -> None:
+    def __init__(self, *, store: Store, backend: EndpointBackend, settings: Settings, clock: Clock,
+                 registry: RegistryService | None = None) -> None:
         self._store = store
         self._endpoints = EndpointStore(store, clock=clock)
         self._backend = backend
         self._settings = settings
         self._clock = clock
         self._policy = AccessPolicy.from_settings(settings)
+        #: Updates in place of these endpoints: promotions, rollbacks, and what each served.
+        self.promotions = PromotionService(store=store, endpoints=self._endpoints, backend=backend,
+                                           settings=settings, clock=clock, registry=registry)
 
     @property
     def backend_name(self) -> str:
@@ -64,8 +78,10 @@ class EndpointService:
         model on this backend, valid options, a free name, an inference framework."""
         lineage = self._store.find(job_ref)
         self._policy.check_can_manage(actor, lineage, verb="deploy")
-        model_data, job_name = self._model_of(lineage)
+        model_data, job_name = served_model(lineage, self._backend.name)
         opts = parse_options(options)
+        if opts.given & set(ROLLOUT_KEYS):
+            raise BadInput(texts.ROLLOUT_ONLY_PROMOTING)
         self._check_caps(opts)
         name = opts.name or default_name(lineage.id)
         self._check_free(name)
@@ -78,7 +94,7 @@ class EndpointService:
             name=name,
             model_name=model_name(name, f"{self._clock.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"),
             model_data=model_data,
-            task=_task_of(lineage),
+            task=task_of(lineage),
             framework=framework,
             instance_type=opts.instance_type,
             instance_count=opts.instance_count,
@@ -88,19 +104,29 @@ class EndpointService:
         )
         return DeployPlan(lineage, job_name, request, opts, self._backend.name, note)
 
+    def promotion_target(self, options: dict[str, str]) -> str | None:
+        """The endpoint a deploy's ``name=`` names when it exists and is live (a deploy into it is a promotion
+        offer, not a refusal); None for a new endpoint."""
+        name = next((v for k, v in options.items() if k.strip().lower() in ("name", "endpoint")), "").strip()
+        found = self._endpoints.find(name) if name else None
+        return found.name if found is not None and found.status.value in LIVE else None
+
     def deploy(self, job_ref: str, *, options: dict[str, str], actor: Actor) -> Endpoint:
         """Plan and start a deploy; returns the endpoint recorded CREATING (the backend does not wait)."""
         return self.start(self.plan(job_ref, options=options, actor=actor), actor=actor)
 
     def start(self, plan: DeployPlan, *, actor: Actor) -> Endpoint:
-        """Record the endpoint CREATING, then ask the backend; a refusal marks it failed and is raised."""
+        """Record the endpoint CREATING (its name is ours from here on), then ask the backend; a refusal
+        marks it failed and is raised. Until the backend has been asked, the record's remote status is
+        empty, and a poller that finds no such endpoint meanwhile leaves it be (see `_follow`)."""
         request = plan.request
-        self._endpoints.create(self._row(plan, actor))
+        self.promotions.record_deploy(self._endpoints.create(self._row(plan, actor)), actor)
         try:
             self._backend.deploy(request)
         except TrainbotError as exc:
             self._fail(request.name, exc.user_message())
             raise
+        self._endpoints.mirror(request.name, ASKED, if_unset=True)  # a poller may have seen more already
         detail = {
             "endpoint": request.name,
             "model_data": request.model_data,
@@ -110,42 +136,9 @@ class EndpointService:
         log.info("deploying %s as endpoint %s", plan.lineage.id, request.name)
         return self._endpoints.get(request.name)
 
-    def _model_of(self, lineage: Lineage) -> tuple[str, str]:
-        if lineage.status is not LineageStatus.COMPLETED:
-            raise InvalidState(
-                f"{lineage.id} is {lineage.status.value.replace('_', ' ')}, not completed: only a finished "
-                "job's model can be deployed; /job shows where it is."
-            )
-        if lineage.backend != self._backend.name:
-            raise InvalidState(
-                f"{lineage.id} was trained on the {lineage.backend} backend but this bot deploys to "
-                f"{self._backend.name}: deploy it from a bot with TRAINBOT_BACKEND={lineage.backend}."
-            )
-        done = [a for a in lineage.attempts if a.status is AttemptStatus.COMPLETED and a.model_artifacts]
-        if not done:
-            raise InvalidState(
-                f"{lineage.id} completed without saving a model, so there is nothing to deploy."
-            )
-        return str(done[-1].model_artifacts), done[-1].job_name
-
     def _check_caps(self, opts: DeployOptions) -> None:
-        """TRAINBOT_MAX_INSTANCES and TRAINBOT_MAX_ENDPOINT_USD_PER_HOUR, before anything is created."""
-        if opts.serverless:
-            return  # billed per request: no instances, no hourly price
-        most = self._settings.trainbot_max_instances
-        if opts.instance_count > most:
-            raise SpecError(f"instance_count must be between 1 and {most} (TRAINBOT_MAX_INSTANCES), "
-                            f"not {opts.instance_count}.")
-        cap = self._settings.trainbot_max_endpoint_usd_per_hour
-        if cap is None or self._backend.name == "local":
-            return
-        hourly = hourly_usd(opts.instance_type) * opts.instance_count
-        if hourly > cap:
-            raise BudgetExceeded(
-                f"{opts.instance_count} x {opts.instance_type} costs {usd(hourly)}/h, over the {usd(cap)}/h "
-                "per-endpoint limit (TRAINBOT_MAX_ENDPOINT_USD_PER_HOUR): choose a smaller instance_type or "
-                "fewer instances, or serverless=yes."
-            )
+        check_caps(self._settings, self._backend.name, instance_type=opts.instance_type,
+                   instance_count=opts.instance_count, serverless=opts.serverless)
 
     def _check_free(self, name: str) -> None:
         found = self._endpoints.find(name)
@@ -184,11 +177,20 @@ class EndpointService:
         """Newest first; creating and in-service ones unless ``include_ended``."""
         return self._endpoints.list(include_ended=include_ended)
 
+    def serving(self) -> dict[str, builtins.list[str]]:
+        """Lineage id -> the live endpoints serving its model now (where each package is deployed)."""
+        found: dict[str, builtins.list[str]] = {}
+        for endpoint in self._endpoints.list():
+            found.setdefault(endpoint.lineage_id, []).append(endpoint.name)
+        return found
+
     # -- undeploy and predict ---------------------------------------------------------------------
 
     def check_undeploy(self, name: str, *, actor: Actor) -> Endpoint:
         """The endpoint, if ``actor`` may undeploy it now (the job's launcher or an admin); no side effect."""
         endpoint = self._live(name)
+        if actor.user_id == endpoint.deployed_by:  # its owner
+            return endpoint
         lineage = self._store.get_lineage(endpoint.lineage_id)
         self._policy.check_can_manage(actor, lineage, verb="undeploy endpoints of")
         return endpoint
@@ -196,7 +198,7 @@ class EndpointService:
     def undeploy(self, name: str, *, actor: Actor) -> Endpoint:
         """Delete the endpoint and its config (the model stays); the job's launcher or an admin only."""
         endpoint = self.check_undeploy(name, actor=actor)
-        self._backend.delete(endpoint.name)
+        self._backend.delete(endpoint.name, configs=self.promotions.retire(endpoint.name))
         self._endpoints.move(endpoint.name, LIVE, EndpointStatus.DELETED, ended_at=self._clock.now())
         self._store.audit(actor, "endpoint.undeploy", endpoint.lineage_id, {"endpoint": endpoint.name})
         return self._endpoints.get(endpoint.name)
@@ -250,6 +252,7 @@ class EndpointService:
                 self._follow(endpoint, cycle)
             except TrainbotError as exc:
                 log.warning("could not follow endpoint %s: %s", endpoint.name, exc.user_message())
+        self.promotions.follow(cycle)  # updates in place under way
         return cycle
 
     def _follow(self, endpoint: Endpoint, cycle: EndpointCycle) -> Endpoint:
@@ -257,14 +260,20 @@ class EndpointService:
         try:
             remote = self._backend.describe(endpoint.name)
         except NotFound:
-            remote = RemoteEndpoint(
-                endpoint.name, "Failed", "the backend no longer has it (deleted outside the bot?)"
-            )
+            if not endpoint.remote_status:
+                if self._clock.now() - endpoint.created_at < DEPLOY_GRACE:
+                    return endpoint  # recorded, and the backend is being asked right now
+                remote = RemoteEndpoint(endpoint.name, "Failed", "the deploy never reached the backend")
+            else:
+                remote = RemoteEndpoint(
+                    endpoint.name, "Failed", "the backend no longer has it (deleted outside the bot?)"
+                )
         if remote.ready:
             now = self._clock.now()
             if self._endpoints.move(
                 endpoint.name, _CREATING, EndpointStatus.IN_SERVICE, remote_status=remote.status, ready_at=now
             ):
+                self.promotions.deploy_ended(endpoint.name, served=True)
                 self._announce_ready(self._endpoints.get(endpoint.name))
                 cycle.ready.append(endpoint.name)
         elif remote.failed:
@@ -312,6 +321,7 @@ class EndpointService:
             ended_at=now,
         )
         if moved:
+            self.promotions.deploy_ended(name, served=False, reason=reason)
             endpoint = self._endpoints.get(name)
             text = texts.FAILED.format(name=name, lineage=endpoint.lineage_id, reason=reason)
             self._enqueue(
@@ -323,7 +333,7 @@ class EndpointService:
 
     def _enqueue(self, kind: str, endpoint: Endpoint, payload: dict[str, Any]) -> None:
         stamp = endpoint.created_at.strftime("%Y%m%dT%H%M%S%f")
-        self._store.enqueue(
+        self._store.outbox.enqueue(
             kind=kind,
             payload=payload,
             lineage_id=endpoint.lineage_id,
@@ -370,7 +380,7 @@ class EndpointService:
                 "endpoints": [item.endpoint.name for item in items],
                 "running_usd": round(sum(item.running_usd or 0.0 for item in items), 2),
             }
-            self._store.enqueue(
+            self._store.outbox.enqueue(
                 kind=texts.ENDPOINTS_IDLE,
                 payload=payload,
                 channel=channel,
@@ -402,10 +412,3 @@ def _idle_line(item: IdleEndpoint) -> str:
         hourly="?" if item.hourly_usd is None else usd(item.hourly_usd),
         total="?" if item.running_usd is None else usd(item.running_usd),
     )
-
-
-def _task_of(lineage: Lineage) -> str:
-    """An endpoint serves a task (HF_TASK); a job of a team's own code says it only if it was given task=."""
-    if lineage.spec.task is None:
-        raise InvalidState(texts.NO_TASK.format(lineage=lineage.id))
-    return lineage.spec.task

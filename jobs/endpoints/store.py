@@ -14,14 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
-    Boolean,
-    Column,
     Connection,
-    Index,
-    Integer,
-    String,
-    Table,
-    Text,
     delete,
     insert,
     select,
@@ -34,39 +27,10 @@ from jobs.endpoints import texts as texts
 from jobs.endpoints.options import DeployOptions
 from jobs.endpoints.port import DeployRequest, EndpointStatus
 from jobs.errors import InvalidState, NotFound, SpecError
+from jobs.lineage import Lineage
 from jobs.planning.pricing import hourly_usd
-from jobs.store.schema import UTCDateTime, metadata, read_transaction, write_transaction
-from jobs.store.store import Lineage, Store
-
-endpoints_table = Table(
-    "endpoints",
-    metadata,
-    Column("name", String(63), primary_key=True),
-    Column("lineage_id", String(64), nullable=False),
-    Column("job_name", String(128), nullable=False),
-    Column("backend", String(32), nullable=False),
-    Column("status", String(32), nullable=False),
-    Column("remote_status", String(32), nullable=False, default=""),
-    Column("failure_reason", Text, nullable=False, default=""),
-    Column("model_name", String(63), nullable=False),
-    Column("model_data", Text, nullable=False),
-    Column("task", String(64), nullable=False),
-    Column("framework", String(128), nullable=False, default=""),
-    Column("framework_note", Text, nullable=False, default=""),
-    Column("instance_type", String(64), nullable=False),
-    Column("instance_count", Integer, nullable=False),
-    Column("serverless", Boolean, nullable=False),
-    Column("memory_mb", Integer, nullable=False),
-    Column("deployed_by", String(64), nullable=False),
-    Column("channel", String(64)),
-    Column("invocations", Integer, nullable=False, default=0),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
-    Column("ready_at", UTCDateTime),
-    Column("ended_at", UTCDateTime),
-    Column("last_invoked_at", UTCDateTime),
-    Index("ix_endpoints_status", "status"),
-)
+from jobs.store.schema import endpoints_table, read_transaction, write_transaction
+from jobs.store.store import Store
 
 LIVE = (EndpointStatus.CREATING.value, EndpointStatus.IN_SERVICE.value)
 
@@ -97,6 +61,12 @@ class Endpoint:
     ready_at: datetime | None
     ended_at: datetime | None
     last_invoked_at: datetime | None
+    config_name: str = ""  # the endpoint config that serves now ("" on old rows: the endpoint's name)
+    updating_revision: int | None = None  # the revision being rolled out, if any
+
+    @property
+    def serving_config(self) -> str:
+        return self.config_name or self.name
 
     @property
     def where(self) -> str:
@@ -211,6 +181,8 @@ class EndpointStore:
             "invocations": 0,
             "created_at": now,
             "updated_at": now,
+            "config_name": values["name"],  # the SDK and the local backend name the first config so
+            "updating_revision": None,
         }
         table = endpoints_table
         with self._write() as conn:
@@ -234,14 +206,40 @@ class EndpointStore:
         with self._write() as conn:
             return bool(conn.execute(stmt).rowcount == 1)
 
-    def mirror(self, name: str, remote_status: str) -> None:
+    def mirror(self, name: str, remote_status: str, *, if_unset: bool = False) -> None:
+        """The backend's own word for the endpoint; ``if_unset``: only where none was recorded yet."""
         stmt = (
             update(endpoints_table)
             .where(endpoints_table.c.name == name)
             .values(remote_status=remote_status, updated_at=self._clock.now())
         )
+        if if_unset:
+            stmt = stmt.where(endpoints_table.c.remote_status == "")
         with self._write() as conn:
             conn.execute(stmt)
+
+    def claim_update(self, name: str, revision_id: int) -> bool:
+        """Guarded: the endpoint in service with no update under way takes ``revision_id`` as its update;
+        False when another update (or the endpoint's own creation) holds it."""
+        stmt = (
+            update(endpoints_table)
+            .where(endpoints_table.c.name == name, endpoints_table.c.updating_revision.is_(None),
+                   endpoints_table.c.status == EndpointStatus.IN_SERVICE.value)
+            .values(updating_revision=revision_id, updated_at=self._clock.now())
+        )
+        with self._write() as conn:
+            return bool(conn.execute(stmt).rowcount == 1)
+
+    def finish_update(self, name: str, revision_id: int, serving: dict[str, Any] | None) -> bool:
+        """The update ``revision_id`` is over: ``serving`` (lineage, model, config, instances) is what the
+        endpoint serves now, or None when it kept what it had. Guarded by the claim."""
+        stmt = (
+            update(endpoints_table)
+            .where(endpoints_table.c.name == name, endpoints_table.c.updating_revision == revision_id)
+            .values(updating_revision=None, updated_at=self._clock.now(), **(serving or {}))
+        )
+        with self._write() as conn:
+            return bool(conn.execute(stmt).rowcount == 1)
 
     def count_invocation(self, name: str) -> None:
         now = self._clock.now()

@@ -15,7 +15,11 @@ from jobs.endpoints.port import EndpointAccess
 ENDPOINT_READY = "endpoint_ready"  # the endpoint answers: links and snippets
 ENDPOINT_FAILED = "endpoint_failed"  # the backend could not bring it up
 ENDPOINTS_IDLE = "endpoints_idle"  # the daily note of endpoints nobody has asked for a while
-KINDS = (ENDPOINT_READY, ENDPOINT_FAILED, ENDPOINTS_IDLE)
+ENDPOINT_PROMOTED = "endpoint_promoted"  # an update in place took: what serves now (a Rollback button)
+ENDPOINT_ROLLED_BACK = "endpoint_rolled_back"  # a rollback took: what serves again
+ENDPOINT_UPDATE_FAILED = "endpoint_update_failed"  # an update did not take; the previous model still serves
+KINDS = (ENDPOINT_READY, ENDPOINT_FAILED, ENDPOINTS_IDLE, ENDPOINT_PROMOTED, ENDPOINT_ROLLED_BACK,
+         ENDPOINT_UPDATE_FAILED)
 
 EXAMPLES: dict[str, Any] = {
     "question-answering": {"question": "What is the city?", "context": "The city is Paris."},
@@ -41,6 +45,49 @@ FAILED = ":x: Endpoint {name} (from {lineage}) failed to come up: {reason} Nothi
 IDLE_HEAD = ":money_with_wings: {count} endpoint(s) idle for more than {hours:g} h, still costing money:"
 IDLE_LINE = "• {name} (from {lineage}, {where}): idle {idle}, {hourly}/h, {total} so far. `/undeploy {name}`"
 UNDEPLOYED = "{name}: endpoint and its config deleted; the model is kept."
+ROLLOUT_ONLY_PROMOTING = (
+    "alarm= and canary= apply when promoting into an endpoint that exists (/deploy JOB name=EXISTING): "
+    "drop them to deploy a new endpoint."
+)
+
+# ---------------------------------------------------------------- promotions and rollbacks
+PROMOTING = "Promoting {lineage} into endpoint {name} in place (it serves {current} now){rollout}."
+PROMOTE_FOLLOW = "Name and URL stay the same; the job's thread says when the new model serves."
+ROLLING_BACK = "Rolling endpoint {name} back to {lineage} (it serves {current} now)."
+ROLLOUT_CANARY = ": {percent}% of capacity first, the rest after {wait}s"
+ROLLOUT_ALL = ": all at once"
+ROLLOUT_ALARM = ", rolled back by SageMaker if alarm {alarm} fires"
+PROMOTED = (
+    ":arrows_counterclockwise: Endpoint {name} now serves {lineage}{package}, promoted by {who}; it served "
+    "{previous} before. Same name and URL."
+)
+ROLLED_BACK = (
+    ":rewind: Endpoint {name} was rolled back by {who}: it serves {lineage}{package} again instead of "
+    "{previous}{reason}."
+)
+UPDATE_FAILED = ":warning: Endpoint {name} did not take {lineage}: {reason} It still serves {previous}."
+AUTO_ROLLED_BACK = "SageMaker rolled the update back (alarm {alarm} fired, or the new fleet failed its checks)."
+ALREADY_SERVES = "Endpoint {name} already serves {lineage}: nothing to promote."
+NOT_IN_SERVICE = "Endpoint {name} is {status}: it can be promoted into once it is in service."
+UPDATE_UNDER_WAY = (
+    "Endpoint {name} is being updated already (to {lineage}, asked by {who}): wait until its thread says it "
+    "serves, then try again."
+)
+TASK_DIFFERS = (
+    "Endpoint {name} serves {task}, but {lineage} is a {other} model: the applications calling it would break. "
+    "Deploy it as a new endpoint with another name=."
+)
+NOTHING_TO_ROLL_BACK = (
+    "Endpoint {name} has served only {lineage} since it was deployed, so there is nothing to roll back to."
+)
+NO_LONGER_SERVES = (
+    "Endpoint {name} no longer serves {lineage} (it serves {current} now): /rollback {name} rolls back what "
+    "serves now."
+)
+EXISTS_PROMOTE_INSTEAD = (
+    "Endpoint {name} exists (it serves {lineage}): `trainbot promote JOB {name}` updates it in place."
+)
+
 ANSWER = "{name}: {answer} (score {score})"
 ANSWER_NO_SCORE = "{name}: {answer}"
 

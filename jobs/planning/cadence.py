@@ -48,7 +48,7 @@ def total_steps(spec: JobSpec, hyperparameters: Mapping[str, object]) -> int | N
     max_steps = _number(hyperparameters.get("max_steps"))
     if max_steps is not None and max_steps > 0:
         return int(max_steps)
-    examples = TRAIN_EXAMPLES.get(spec.dataset) if spec.train_data is None else None
+    examples = TRAIN_EXAMPLES.get(spec.dataset or "") if spec.train_data is None else None
     if examples is None:
         return None
     limit = _number(hyperparameters.get("max_train_samples"))

@@ -190,7 +190,7 @@ def forecast(
     work = workload or workload_of(spec)
     where = hardware or sagemaker_hardware(spec, work)
     if not work.sized:
-        return Forecast(None, None, f"the size of {spec.dataset} is unknown (set max_steps)")
+        return Forecast(None, None, f"the size of {spec.data_label} is unknown (set max_steps)")
     physics = _samples_per_second(work, where)
     eval_seconds = work.eval_flops / where.flops_per_second(work.half_precision)
     overhead = where.startup_seconds + eval_seconds + where.teardown_seconds

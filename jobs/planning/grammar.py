@@ -33,11 +33,13 @@ from jobs.planning.metrics import parse_metrics_value
 from jobs.planning.own_code import check_entry, parse_code
 from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
 from jobs.planning.spec import (
+    CHANNEL_KEYS,
     DEFAULT_MAX_INSTANCES,
     MP_ENUMS,
     MP_INTS,
     MP_KEYS,
     JobSpec,
+    check_channels,
     spec_from_fields,
 )
 
@@ -131,6 +133,18 @@ def _metrics(raw: str, key: str) -> dict[str, str]:
     return parse_metrics_value(raw, key)
 
 
+#: A SageMaker Model Package Group name (the registry's model lines).
+REGISTRY_NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", re.ASCII)
+
+
+def _registry(raw: str, key: str) -> str:
+    name = raw.strip()
+    if not REGISTRY_NAME.fullmatch(name):
+        raise SpecError(f"{key} takes a model line's name of letters, digits and hyphens (at most 63, e.g. "
+                        f"registry=sentiment), not {show(raw)}.")
+    return name
+
+
 TASK_WORDS = {
     "question-answering": "question-answering", "qa": "question-answering",
     "text-classification": "text-classification", "classification": "text-classification",
@@ -171,12 +185,17 @@ def _spec_keys() -> list[Key]:
         Key("task", _choice(TASK_WORDS), "question-answering or text-classification (inferred from known datasets)."),
         Key("model", _text, "the model to fine-tune: a hub id (bert-base-uncased), or an s3:// or local path."),
         Key("dataset", _text, "squad, squad_v2, imdb, mnli (GLUE), sst2, ... or NAME:CONFIG of any hub dataset."),
-        Key("train_data", _text, "an s3:// prefix or local folder of training data, used instead of dataset.", ("data",)),
+        Key("train_data", _text, "an s3:// prefix or local folder of training data, used instead of dataset "
+            "(the train channel, SM_CHANNEL_TRAIN).", ("data",)),
+        Key("test_data", _text, "an s3:// prefix or local folder: the test channel (SM_CHANNEL_TEST)."),
+        Key("validation_data", _text, "an s3:// prefix or local folder: the validation channel (SM_CHANNEL_VALIDATION).",
+            ("eval_data",)),
         Key("dataset_revision", _text, "the dataset revision (branch, tag or commit) to train on.", ("revision",)),
         Key("instance_type", _text, "the SageMaker instance type, e.g. ml.p3.2xlarge, ml.p3.16xlarge, ml.g5.xlarge.", ("type", "instance")),
         Key("instance_count", parse_int, "how many instances, 1 to TRAINBOT_MAX_INSTANCES.", ("instances", "count")),
         Key("distribution", _choice(DISTRIBUTION_WORDS), "none, data (smdistributed dataparallel), model (smdistributed modelparallel) or ddp (torchrun).", ("distributed", "parallel")),
-        Key("spot", parse_bool, "yes to use managed spot capacity (up to 90% cheaper), with checkpoints to S3.", flag=True),
+        Key("spot", parse_bool, "yes to use managed spot capacity (up to 90% cheaper), with checkpoints to S3.",
+            ("use_spot", "use_spot_instances"), flag=True),  # the SDK's own name, as people who know it type it
         Key("max_run", parse_duration, "the longest the training may run: 3600, 90m, 2h (default 24h).", ("runtime",)),
         Key("max_wait", parse_duration, "spot only: the wait for capacity plus the run, at least max_run (default 2 x max_run).", ("wait",)),
         Key("on_demand_fallback", parse_bool, "spot only: yes lets recovery fall back to on-demand as a last resort.", ("fallback",), flag=True),
@@ -194,6 +213,8 @@ def _spec_keys() -> list[Key]:
             "e.g. examples/pytorch/question-answering/run_qa.py."),
         Key("metrics", _metrics, "metrics of your own: NAME:REGEX,... with one (group) around the number, "
             "e.g. metrics='f1:eval_f1=([0-9.]+)'."),
+        Key("registry", _registry, "the model line (Model Package Group) its model is registered in; "
+            "default: its schedule's name, else trainbot-TASK. /models lists them."),
     ]
 
 
@@ -322,7 +343,7 @@ def _start(first: str, recipes: RecipeLookup | None) -> _Command:
     if recipe is not None:
         # The recipe's own arguments are a base layer: keys typed after its name override them.
         return _Command(fields=parse_fields(recipe), preset=first)
-    if "=" not in first and _lookup(first) is None:
+    if "=" not in first and lookup_key(first) is None:
         recipe_hint = " and this team's recipes (/recipe list)" if recipes is not None else ""
         raise SpecError(
             f"Unknown preset {show(first)}: {_nearest(first, [*PRESETS, *keys()])}"
@@ -331,7 +352,8 @@ def _start(first: str, recipes: RecipeLookup | None) -> _Command:
     return _Command(fields={})
 
 
-def _lookup(word: str) -> Key | None:
+def lookup_key(word: str) -> Key | None:
+    """The key ``word`` names as the grammar reads it: any case, ``-`` and ``_`` alike, leading dashes dropped."""
     return keys().get(word.lower().lstrip("-").replace("-", "_"))
 
 
@@ -340,17 +362,37 @@ def _apply(command: _Command, token: str) -> None:
     if name.lower().startswith("hp."):
         _set(command, "hp", _passthrough(name[3:], raw, token), name[3:], token)
         return
-    key = _lookup(name)
+    if name.lower().startswith("channel."):
+        _apply_channel(command, name[len("channel."):], raw, token)
+        return
+    key = lookup_key(name)
     if key is None:
         raise SpecError(f"Unknown key {show(name)}: {_nearest(name, _suggestion_words())}see {COMMAND} help for the keys.")
-    check_plain_text(key.name, raw)
-    if not has_value:
-        if not key.flag:
-            raise SpecError(f"{key.name} needs a value, e.g. {key.name}=VALUE (see {COMMAND} help {key.name}).")
-        raw = "yes"
+    try:
+        check_plain_text(key.name, raw)
+        if not has_value:
+            if not key.flag:
+                raise SpecError(f"{key.name} needs a value, e.g. {key.name}=VALUE (see {COMMAND} help {key.name}).")
+            raw = "yes"
+        if not raw.strip():
+            raise SpecError(f"{key.name} needs a value after =, e.g. {key.name}=VALUE (see {COMMAND} help {key.name}).")
+        _set(command, key.target, key.read(raw, key.name), key.param, token)
+    except SpecError as exc:
+        if exc.field is None and key.target == "spec":
+            exc.field = key.param  # the token's own key: a form shows the sentence under that field
+        raise
+
+
+def _apply_channel(command: _Command, name: str, raw: str, token: str) -> None:
+    """``channel.NAME=URI``; the train, test and validation channels are the same slots as their keys."""
+    check_plain_text(f"channel.{name}", raw)
     if not raw.strip():
-        raise SpecError(f"{key.name} needs a value after =, e.g. {key.name}=VALUE (see {COMMAND} help {key.name}).")
-    _set(command, key.target, key.read(raw, key.name), key.param, token)
+        raise SpecError(f"channel.{name} needs an s3:// prefix or a local folder after =, e.g. channel.{name}=s3://BUCKET/PREFIX.")
+    if name.lower() in CHANNEL_KEYS:
+        _set(command, "spec", raw.strip(), CHANNEL_KEYS[name.lower()], token)
+        return
+    check_channels({name: raw.strip()})
+    _set(command, "channel", raw.strip(), name, token)
 
 
 def _passthrough(name: str, raw: str, token: str) -> HpValue | None:
@@ -372,7 +414,7 @@ def _set(command: _Command, target: str, value: Any, name: str, token: str) -> N
     if target == "spec":
         command.fields[name] = value
         return
-    group = "hyperparameters" if target == "hp" else "mp_parameters"
+    group = {"hp": "hyperparameters", "mp": "mp_parameters", "channel": "channels"}[target]
     values = {**(command.fields.get(group) or {}), name: value}
     command.fields[group] = {k: v for k, v in values.items() if v is not None}  # None: the key removed
 
@@ -398,6 +440,9 @@ def _drop_inapplicable_preset_fields(command: _Command) -> None:
 
 def help_for(text: str) -> str | None:
     """Help text for ``help`` or ``help KEY`` (also a preset name); None for anything else."""
+    lowered = text.lower()
+    if "help" not in lowered and "-h" not in lowered and "?" not in lowered:
+        return None  # no first word can ask for help: spare the shell split (every /train ack asks this)
     try:
         tokens = tokenize(text)
     except SpecError:
@@ -410,12 +455,17 @@ def help_for(text: str) -> str | None:
 def topic_help(word: str) -> str:
     if word in PRESETS:
         return f"{word}: {DESCRIPTIONS[word]}. Keys typed after it override it, e.g. {COMMAND} {word} spot=yes."
+    if word.lower().startswith("channel."):
+        return (
+            "channel.NAME=URI adds a data channel: an s3:// prefix on SageMaker, a local folder on the local backend; "
+            "the script finds it as SM_CHANNEL_<NAME> (train_data=, test_data= and validation_data= are the usual three)."
+        )
     if word.lower().startswith("hp."):
         return (
             "hp.NAME=VALUE passes an argument of the training script through as is: its model and data arguments "
             "or transformers' TrainingArguments, never sagemaker_*, the job's folders, hub pushes or outside trackers."
         )
-    key = _lookup(word)
+    key = lookup_key(word)
     if key is None:
         return f"No key {show(word)}: {_nearest(word, _suggestion_words())}{COMMAND} help lists them all."
     aliases = f" (also {', '.join(key.aliases)})" if key.aliases else ""
@@ -433,6 +483,7 @@ def general_help() -> str:
         *(f"  {k.name}{' (' + ', '.join(k.aliases) + ')' if k.aliases else ''}: {k.help}" for k in spec_keys),
         "Training arguments: " + ", ".join(KNOWN_HYPERPARAMETERS) + " (epochs, batch_size, lr are short for the first ones);",
         "  hp.NAME=VALUE passes any other argument of the training script through (its own or TrainingArguments).",
+        "Channels: channel.NAME=URI adds the data channel SM_CHANNEL_<NAME> (besides train_data, test_data, validation_data).",
         "Model parallel: partitions, microbatches, " + ", ".join(f"mp.{n}" for n in MP_KEYS if n not in ("partitions", "microbatches")) + ".",
         "Durations: 3600, 90m, 2h, 1h30m. Yes/no: yes, no, true, false, on, off. Quote values with spaces.",
         f"{COMMAND} help KEY explains one key.",

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from jobs.errors import SpecError
-from jobs.planning import versions
 
 DATA_FILE = Path(__file__).parent / "data" / "instances.json"
 
@@ -29,6 +28,7 @@ class InstanceType:
     bf16: bool  # the accelerator computes in bfloat16 (Ampere and newer, Trainium)
     half_tflops: float = 0.0  # dense FP16/BF16 tensor peak per accelerator (data sheet; see the JSON's source)
     fp32_tflops: float = 0.0  # dense FP32 peak per accelerator
+    min_cuda: str = ""  # the oldest CUDA that builds for the accelerator ("" : any the images ship)
 
     @property
     def total_gpu_memory_gb(self) -> int:
@@ -63,6 +63,7 @@ def _table() -> dict[str, InstanceType]:
             bf16=bool(fam["bf16"]),
             half_tflops=float(fam["half_tflops"]),
             fp32_tflops=float(fam["fp32_tflops"]),
+            min_cuda=str(fam.get("min_cuda", "")),
         )
     return table
 
@@ -82,7 +83,7 @@ def instance_info(name: str) -> InstanceType:
     """The row for ``name``; SpecError naming the nearest known type otherwise."""
     info = _table().get(normalize_instance_name(name))
     if info is None:
-        raise SpecError(_unknown_message(name))
+        raise SpecError(_unknown_message(name), field="instance_type")
     return info
 
 
@@ -94,30 +95,3 @@ def _unknown_message(name: str) -> str:
         f"Unknown instance type {name[:40]!r}: {hint}"
         f"known families are {families} (e.g. ml.p3.2xlarge, ml.g5.xlarge)."
     )
-
-
-def fallback_types(instance_type: str, *, allowed: tuple[str, ...] | None = None) -> list[str]:
-    """Other types that can run the same job when ``instance_type`` has no capacity.
-
-    Same family, same per-GPU memory, at least as many GPUs; cheapest (fewest GPUs) first, the type itself
-    excluded. ``allowed`` narrows the result further (e.g. the types smdistributed dataparallel accepts).
-    """
-    base = instance_info(instance_type)
-    candidates = [
-        info
-        for info in _table().values()
-        if info.family == base.family
-        and info.gpu_memory_gb == base.gpu_memory_gb
-        and info.gpus >= base.gpus
-        and info.name != base.name
-        and (allowed is None or info.name in allowed)
-    ]
-    candidates.sort(key=lambda info: (info.gpus, info.vcpus, info.name))
-    return [info.name for info in candidates]
-
-
-def relaunch_types(instance_type: str, distribution: str) -> list[str]:
-    """The types a lineage's attempts may run on, in the order recovery tries them: the type itself, then
-    its fallbacks (for smdistributed dataparallel only the types it accepts)."""
-    allowed = versions.dataparallel_instance_types() if distribution == "data" else None
-    return [instance_info(instance_type).name, *fallback_types(instance_type, allowed=allowed)]

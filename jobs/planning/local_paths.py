@@ -1,5 +1,6 @@
-"""Which files a local job may read: a ``model=``, ``train_data=``, ``dataset=`` or ``dataset_revision=``
-(or a hyperparameter that takes a file, such as ``hp.tokenizer_name``) that names a filesystem path must lie,
+"""Which files a local job may read: a ``model=``, a data channel (``train_data=``, ``test_data=``,
+``validation_data=``, ``channel.NAME=``), ``dataset=`` or ``dataset_revision=`` (or a hyperparameter that takes a
+file, such as ``hp.tokenizer_name``; for a team's own script, any ``hp.*``) that names a filesystem path must lie,
 once ``~``, ``..`` and symlinks are resolved, under TRAINBOT_HOME/data or a folder of TRAINBOT_LOCAL_DATA_DIRS.
 
 A local job is a process of the bot's own user on the bot's machine: without this rule anyone who may
@@ -21,7 +22,7 @@ from urllib.parse import urlparse
 
 from jobs.errors import SpecError
 from jobs.planning.hyperparameters import show
-from jobs.planning.spec import JobSpec, dataset_hyperparameters
+from jobs.planning.spec import CHANNEL_KEYS, JobSpec, dataset_hyperparameters
 from jobs.settings import Settings
 
 LOCAL_BACKEND = "local"
@@ -48,15 +49,18 @@ def check_local_paths(spec: JobSpec, settings: Settings, *, backend: str) -> Non
 
 def _named_values(spec: JobSpec) -> Iterator[tuple[str, str, bool]]:
     """(what the person typed, the value, whether it could be a hub id) for every value read as a path."""
-    yield "model", spec.model, True
-    if spec.train_data is not None:
-        yield "train_data", spec.train_data, False
-    else:  # with train_data the dataset is a label ("custom"), never loaded
+    if spec.model is not None:
+        yield "model", spec.model, True
+    for name, uri in spec.input_channels().items():
+        yield CHANNEL_KEYS.get(name, f"channel.{name}"), uri, False
+    if spec.train_data is None and spec.dataset is not None:  # with train_data the dataset is a label ("custom")
         for part in dataset_hyperparameters(spec.dataset).values():
             yield "dataset", part, True
     if spec.dataset_revision is not None:
         yield "dataset_revision", spec.dataset_revision, False
-    for name in PATH_HYPERPARAMETERS:
+    # The bot's scripts read files from the arguments named; a team's script may read one from any.
+    names = list(spec.hyperparameters) if spec.own_code else PATH_HYPERPARAMETERS
+    for name in names:
         value = spec.hyperparameters.get(name)
         if isinstance(value, str):
             yield f"hp.{name}", value, True

@@ -1,12 +1,18 @@
 """The metric definitions a plan sends to SageMaker, and the same definitions read back from a log.
 
-Each default definition catches three spellings of one metric: the ``[metric] NAME=VALUE step=S`` lines the
+Each default definition catches four spellings of one metric: the ``[metric] NAME=VALUE step=S`` lines the
 bot's own scripts print; the dict a Trainer-based script prints while it trains
 (``{'loss': 0.69, 'learning_rate': 5e-05, 'epoch': 0.5}``; transformers 5 quotes the numbers:
 ``{'loss': '0.6931', ...}``); and the ``***** eval metrics *****`` table that ``Trainer.log_metrics`` prints
-at the end (``  eval_f1 = 88.1``), which is where the article's run_qa.py reports its evaluation. ``metrics=NAME:REGEX,...`` adds a team's own (or replaces a default of the same
-name). SageMaker scrapes the job's log with them; the local backend scrapes its log file with
+at the end (``  eval_f1 = 88.1``), which is where the article's run_qa.py reports its evaluation; and the
+unindented ``eval_loss = 0.2`` lines the Hugging Face SageMaker examples print after their final
+``trainer.evaluate()``. The last value printed is the final one. ``metrics=NAME:REGEX,...`` adds a team's own (or
+replaces a default of the same name). SageMaker scrapes the job's log with them; the local backend scrapes its log file with
 :class:`MetricScanner`, so the report and loss curve read the same numbers on both.
+
+A team's pattern runs over lines its own script prints: every pattern is compiled with RE2 (linear time, see
+jobs.planning.patterns), and one RE2 cannot run (a backreference, a lookaround) is refused with a sentence.
+The defaults are linear for a backtracking engine too (SageMaker runs its own copy of them).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass
 
 from jobs.errors import SpecError
 from jobs.planning.hyperparameters import show
+from jobs.planning.patterns import LinearPattern, PatternError, capped, linear
 
 #: What the bot's training scripts print as ``[metric]`` lines, and what a Trainer logs by default.
 METRIC_NAMES = (
@@ -40,22 +47,25 @@ _NUMPY_SCALAR = r"(?:np\.float(?:16|32|64)\()?"
 
 
 def default_regex(name: str) -> str:
-    """``[metric] NAME=V``, a printed dict's ``'NAME': V`` (quoted or not, or a numpy scalar), or a
-    ``Trainer.log_metrics`` table row ``  NAME   =   V`` (not for ``*_runtime``, printed there as h:mm:ss)."""
+    """``[metric] NAME=V``, a printed dict's ``'NAME': V`` (quoted or not, or a numpy scalar), a
+    ``Trainer.log_metrics`` table row ``  NAME   =   V``, or a script's own final ``NAME = V`` line, unindented, as
+    the Hugging Face SageMaker examples print their evaluation (not for ``*_runtime``, printed as h:mm:ss)."""
     escaped = re.escape(name)
-    table_row = "" if name.endswith("_runtime") else rf"|\s{escaped}\s+=\s+"
+    table_row = "" if name.endswith("_runtime") else rf"|(?:^|\s){escaped}\s+=\s+"
     return rf"(?:\[metric\] {escaped}=|[\"']{escaped}[\"']: ?[\"']?{_NUMPY_SCALAR}{table_row}){NUMBER}"
 
 
 #: The step of the bot's scripts' ``[progress] step=S max_steps=M ...`` lines: a SageMaker job's live progress
-#: reads it from CloudWatch (jobs.backends.sagemaker_progress); it is not a metric of the report.
+#: reads it from CloudWatch (jobs.backends.sagemaker.progress); it is not a metric of the report.
 PROGRESS_DEFINITIONS: list[dict[str, str]] = [{"Name": "step", "Regex": r"\[progress\] step=([0-9]+)"}]
 METRIC_DEFINITIONS: list[dict[str, str]] = [
     {"Name": name, "Regex": default_regex(name)} for name in METRIC_NAMES
 ] + PROGRESS_DEFINITIONS
 PROGRESS_NAMES = frozenset(d["Name"] for d in PROGRESS_DEFINITIONS)
 
-_STEP = re.compile(r"\[metric\] \S+=\S+ step=([0-9]+)(?!\S)")
+#: The step of a ``[metric] NAME=V step=S`` line. The name holds no ``=`` and the value no space, so a line of
+#: ``=`` signs costs a backtracking engine one pass, not one per split (``\S+=\S+`` was quadratic).
+_STEP = linear(r"\[metric\] [^\s=]+=[^\s=]+ step=([0-9]+)(?:\s|$)")
 #: Splits ``a:RE1,b:RE2`` at the commas that start a new ``NAME:`` (a regex may hold commas itself).
 _NEXT_DEFINITION = re.compile(r",(?=\s*[A-Za-z_][A-Za-z0-9_.\-/]{0,63}:)")
 
@@ -99,9 +109,9 @@ def _check_regex(name: str, regex: object) -> str:
     if not isinstance(regex, str) or not regex or len(regex) > MAX_REGEX_CHARS:
         raise SpecError(f"Metric {name} needs a regex of 1 to {MAX_REGEX_CHARS} characters.")
     try:
-        groups = re.compile(regex).groups
-    except re.error as exc:
-        raise SpecError(f"Metric {name}: {show(regex)} is not a valid regex ({exc.msg}).") from None
+        groups = linear(regex).groups
+    except PatternError as exc:
+        raise SpecError(f"Metric {name}: {show(regex)} cannot be used: {exc.reason}.") from None
     if groups != 1:
         raise SpecError(
             f"Metric {name}: the regex needs exactly one (capturing group) around the number, not {groups}; "
@@ -122,17 +132,20 @@ def definitions_for(user: Mapping[str, str] | None) -> list[dict[str, str]]:
 
 @dataclass(frozen=True)
 class MetricScanner:
-    """Finds every defined metric in a log line: ``(name, value, step or None)`` for each match."""
+    """Finds every defined metric in a log line: ``(name, value, step or None)`` for each match. Patterns are
+    RE2 (linear time) and a line is read up to MAX_LINE_CHARS, so no line costs more than its length."""
 
-    patterns: tuple[tuple[str, re.Pattern[str]], ...]
+    patterns: tuple[tuple[str, LinearPattern], ...]
 
     @classmethod
     def of(cls, definitions: Iterable[Mapping[str, str]] | None = None) -> MetricScanner:
+        """PatternError for a definition RE2 cannot run (a job saved before patterns were checked)."""
         chosen = METRIC_DEFINITIONS if definitions is None else definitions
-        # A log's [progress] lines are read as progress (jobs.backends.local_state), not as a metric.
-        return cls(tuple((d["Name"], re.compile(d["Regex"])) for d in chosen if d["Name"] not in PROGRESS_NAMES))
+        # A log's [progress] lines are read as progress (jobs.backends.local.state), not as a metric.
+        return cls(tuple((d["Name"], linear(d["Regex"])) for d in chosen if d["Name"] not in PROGRESS_NAMES))
 
     def scan(self, line: str) -> list[tuple[str, float, int | None]]:
+        line = capped(line)
         found: list[tuple[str, float, int | None]] = []
         step_match = _STEP.search(line)
         step = int(step_match.group(1)) if step_match else None

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from jobs.errors import SpecError
 from jobs.planning.hyperparameters import show
@@ -31,12 +31,19 @@ MODEL_DIR = "/opt/ml/model"
 SPOT_ENTRY = "trainbot_spot_entry.py"
 #: The environment variable that names the user's script for the wrapper.
 USER_ENTRY_ENV = "TRAINBOT_USER_ENTRY"
+#: The environment variable that tells the spot entry how often to save (minutes).
+CHECKPOINT_MINUTES_ENV = "TRAINBOT_CHECKPOINT_MINUTES"
 #: The plan card's one line on resuming a spot job that runs a team's own script.
 SPOT_RESUME_NOTE = (
-    f"Spot resume: your script must save checkpoints under {CHECKPOINTS_DIR} and start from the newest one there; "
-    f"a Trainer script gets --output_dir {CHECKPOINTS_DIR} (it resumes from its last checkpoint-N by itself) "
-    f"and its final model is copied to {MODEL_DIR}."
+    f"Spot resume: your script gets --output_dir {CHECKPOINTS_DIR}, which SageMaker restores after an "
+    "interruption: a script that resumes from get_last_checkpoint(output_dir) picks up there; its final model "
+    f"is copied to {MODEL_DIR}."
 )
+#: A transformers Trainer (or a subclass: Seq2SeqTrainer, SFTTrainer, ...) being built.
+_TRAINER_CALL = re.compile(r"(?<![A-Za-z0-9_.])(?:[A-Z][A-Za-z0-9]*)?Trainer\s*\(")
+_SAVE_STRATEGY = re.compile(r"save_strategy\s*=\s*[\"']([a-z]+)[\"']")
+_SAVE_STEPS = re.compile(r"save_steps\s*=\s*([0-9]{1,9})\b")
+_TRAINER_DEFAULT_SAVE_STEPS = 500
 
 _GIT_SCHEMES = ("https://", "ssh://", "file://")
 _SCP_LIKE = re.compile(r"[A-Za-z0-9_.-]+@[A-Za-z0-9.-]+:[^/].*")  # git@github.com:org/repo.git
@@ -45,6 +52,10 @@ _REF = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./+-]{0,199}", re.ASCII)
 _SHA = re.compile(r"[0-9a-f]{40}")
 #: The toolkit's own rule for ``sagemaker_program`` (sagemaker-training's process.validate_entry_point).
 _ENTRY = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_.+/-]{0,254}", re.ASCII)
+#: A percent-escape of a separator or of the percent sign itself (a second round of decoding).
+_HIDDEN_SEPARATOR = re.compile(r"%(?:2f|5c|25)", re.IGNORECASE)
+#: What a repository path may hold once decoded (a space: Azure DevOps project names have them).
+_DECODED_PATH = re.compile(r"[A-Za-z0-9_.~:/@+= -]*", re.ASCII)
 _S3_TARBALL = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[A-Za-z0-9_.~/+=@-]+\.tar\.gz", re.ASCII)
 
 
@@ -66,6 +77,18 @@ class CommitResolver(Protocol):
 
     def resolve_commit(self, url: str, ref: str | None) -> str:
         """The full 40-hex commit; SpecError (one sentence) when the repository or REF is not there."""
+        ...
+
+
+class EntryReader(Protocol):
+    """Reads the entry script of pinned own code (jobs.backends.code_sources implements it)."""
+
+    def read_entry(self, url: str, commit: str | None, entry: str) -> str | None:
+        """The script's text at ``commit``; None when it cannot be read now (it is then not inspected)."""
+        ...
+
+    def has_checkout(self, url: str, commit: str) -> bool:
+        """Whether ``commit`` is already here, so reading its entry asks no git host."""
         ...
 
 
@@ -119,9 +142,55 @@ def _check_git_url(url: str, typed: str) -> None:
             "A code= URL must not carry a password or token: give the bot's git a credential helper or a "
             "deploy key, and write the URL without it."
         )
-    path = parts.path if parts is not None else url.partition(":")[2]
-    if any(segment in ("..", ".") for segment in path.split("/")):
-        raise SpecError(f"code={show(typed)}: a repository path may not contain . or .. segments.")
+    host, path = _host_and_path(url)
+    if "%" in host:
+        raise SpecError(f"code={show(typed)}: write the host without percent-escapes.")
+    _check_repository_path(path, typed)
+
+
+def _host_and_path(url: str) -> tuple[str, str]:
+    """``scheme://[user@]host[:port]`` (or ``user@host``) and the path git asks that host for."""
+    if "://" in url:
+        scheme, _, rest = url.partition("://")
+        netloc, slash, path = rest.partition("/")
+        return f"{scheme}://{netloc}", slash + path
+    host, _, path = url.partition(":")
+    return host, path
+
+
+def _check_repository_path(path: str, typed: str) -> None:
+    """The path as git (or a proxy in front of the host) reads it, percent-escapes decoded: no ``.``/``..``
+    segments, no separator or percent sign hidden in an escape, no other escaped character but a space."""
+    if _HIDDEN_SEPARATOR.search(path):
+        raise SpecError(
+            f"code={show(typed)}: a repository path may not hide a / \\ or % in a percent-escape (%2f, %5c, %25)."
+        )
+    decoded = unquote(path, errors="replace") if "%" in path else path
+    if not _DECODED_PATH.fullmatch(decoded):
+        raise SpecError(
+            f"code={show(typed)}: a repository path may hold letters, digits, spaces and _ . ~ / @ + = - once "
+            "its percent-escapes are decoded."
+        )
+    segments = decoded.split("/")
+    if any(segment in ("..", ".") for segment in segments) or "" in segments[1:-1]:
+        raise SpecError(
+            f"code={show(typed)}: a repository path may not contain . or .. segments or empty ones "
+            "(percent-escaped ones included, such as %2e%2e)."
+        )
+
+
+def normalised_source(url: str) -> str:
+    """What git will fetch, as one comparable string: scheme and host in lower case, the path with its
+    percent-escapes decoded (``https://GitHub.com/%74eam/x`` -> ``https://github.com/team/x``). Prefixes
+    of TRAINBOT_CODE_SOURCES are read the same way, so each is compared with what it really allows."""
+    if "://" in url:
+        scheme, _, rest = url.partition("://")
+        netloc, slash, path = rest.partition("/")
+        user, at, hostname = netloc.rpartition("@")
+        return f"{scheme.lower()}://{user}{at}{hostname.lower()}{slash}{unquote(path)}"
+    host, colon, path = url.partition(":")  # git@host:org/repo.git
+    user, at, hostname = host.rpartition("@")
+    return f"{user}{at}{hostname.lower()}{colon}{unquote(path)}"
 
 
 def check_entry(entry: str) -> str:
@@ -145,7 +214,8 @@ def check_allowed(code: str, allowed_prefixes: Iterable[str]) -> None:
         )
     source = parse_code(code)
     url = source.url
-    if not any(_has_prefix(url, prefix.removeprefix(GIT_PREFIX)) for prefix in prefixes):
+    fetched = normalised_source(url)
+    if not any(_has_prefix(fetched, normalised_source(prefix.removeprefix(GIT_PREFIX))) for prefix in prefixes):
         raise SpecError(
             f"code={show(url, 80)} is not among the sources this bot may run (TRAINBOT_CODE_SOURCES: "
             f"{', '.join(prefixes)}): use one of those, or ask an operator to add it."
@@ -158,6 +228,61 @@ def _has_prefix(url: str, prefix: str) -> bool:
         return False
     rest = url[len(prefix):]
     return not rest or prefix.endswith(("/", ":")) or rest.startswith("/") or rest == ".git"
+
+
+# ---------------------------------------------------------------- what the script saves by itself
+
+
+def script_saving(source: str) -> tuple[bool, str]:
+    """(whether the script builds a Trainer, what it saves by itself in words), read from its source."""
+    if not _TRAINER_CALL.search(source):
+        own = "its own torch.save checkpoints" if "torch.save(" in source or ".save_pretrained(" in source else \
+            "no checkpoints trainbot can see"
+        return False, own
+    strategy = _SAVE_STRATEGY.search(source)
+    steps = _SAVE_STEPS.search(source)
+    if strategy is not None and strategy.group(1) == "no":
+        return True, 'no checkpoints of its own (save_strategy="no")'
+    if strategy is not None and strategy.group(1) == "epoch":
+        return True, 'a checkpoint each epoch (save_strategy="epoch")'
+    if steps is not None:
+        return True, f"a checkpoint every {steps.group(1)} steps (save_steps={steps.group(1)})"
+    if "save_strategy" in source or "save_steps" in source:
+        return True, "the checkpoints its TrainingArguments ask for"
+    return True, f"a checkpoint every {_TRAINER_DEFAULT_SAVE_STEPS} steps (the Trainer's default)"
+
+
+def check_own_checkpoint_minutes(spot: bool, trainer: bool | None, saves: str | None) -> None:
+    """``checkpoint_minutes=`` with own code works where the spot entry's callback can act: a spot job whose
+    script builds a Trainer. Anywhere else it would be accepted and never acted on: refused."""
+    if not spot:
+        raise SpecError(
+            "checkpoint_minutes= with own code works on spot jobs only (trainbot's spot entry adds the saves on "
+            "the clock to your script's Trainer); without spot=yes your script saves as it does by itself: "
+            "add spot=yes or drop checkpoint_minutes=."
+        )
+    if trainer is False:
+        raise SpecError(
+            "checkpoint_minutes= needs a script that builds a transformers Trainer, which trainbot adds the saves "
+            f"on the clock to; this entry builds none and keeps {saves or 'its own saves'}: drop checkpoint_minutes= "
+            "and save checkpoints in the script."
+        )
+
+
+def checkpoint_words(*, spot: bool, minutes: float, trainer: bool | None, saves: str | None) -> str:
+    """The card's checkpoint line for own code: what saves it, so what an interruption can cost."""
+    every = f"{minutes:g} min" if minutes >= 1 else f"{minutes * 60:g} s"
+    own = saves or "what your script saves by itself"
+    if not spot:
+        return f"Checkpoints: your script's own: {own}."
+    if trainer is None:
+        return (f"Checkpoints: trainbot's spot entry adds a save every {every} to your script's Trainer; a script "
+                f"without one keeps only {own}.")
+    if trainer:
+        return (f"Checkpoints: every {every}, a save trainbot's spot entry adds to your script's Trainer (the "
+                f"script itself keeps {own}): an interruption costs at most {every} of training.")
+    return (f"Checkpoints: your script builds no Trainer, so trainbot cannot add saves on the clock; it keeps "
+            f"{own}: an interruption loses whatever came after its last save.")
 
 
 # ---------------------------------------------------------------- what it plans into

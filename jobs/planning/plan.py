@@ -16,16 +16,27 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from jobs.errors import SpecError
 from jobs.planning import cadence, own_code, pricing
-from jobs.planning.forecast import Forecast, PastRun, about_duration, forecast, summary
+from jobs.planning.batch import (
+    ACCUMULATION,
+    PER_DEVICE,
+    BatchNotKept,
+    BatchSettings,
+    estimator_batch,
+    keep_global_batch,
+    with_batch,
+)
+from jobs.planning.fallbacks import DEFAULT_ORDER, Fallbacks, adjustable, lineage_fallbacks
+from jobs.planning.forecast import Forecast, PastRun, forecast
 from jobs.planning.hyperparameters import ENTRY_POINTS, check_script_hyperparameters
 from jobs.planning.instances import instance_info
 from jobs.planning.metrics import METRIC_DEFINITIONS as METRIC_DEFINITIONS  # re-exported: the plan's defaults
 from jobs.planning.metrics import METRIC_NAMES as METRIC_NAMES
 from jobs.planning.metrics import definitions_for
 from jobs.planning.metrics import parse_metric_line as parse_metric_line
-from jobs.planning.pricing import CostEstimate, usd
-from jobs.planning.spec import JobSpec, dataset_hyperparameters
+from jobs.planning.pricing import CostEstimate
+from jobs.planning.spec import DEFAULT_SPOT_CHECKPOINT_MINUTES, JobSpec, dataset_hyperparameters
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 BUCKET_PLACEHOLDER = "<TRAINBOT_BUCKET>"
@@ -92,7 +103,8 @@ class LaunchPlan:
 
     Once a launch is approved, ``stored()`` is kept with the lineage and every relaunch is
     ``from_stored(...).for_attempt(...)``: the same arguments on another instance type or spot setting,
-    never a plan rebuilt from settings that may have changed since (a new bucket would start from zero)."""
+    never a plan rebuilt from settings that may have changed since (a new bucket would start from zero),
+    and the same global batch (``batch``, as approved) whatever accelerator count the type has."""
 
     spec: JobSpec
     lineage_id: str
@@ -103,6 +115,24 @@ class LaunchPlan:
     # The run this bot's backend makes of the plan, where it is another (the local backend's scaled-down
     # run on this machine); None: the backend runs the plan as written.
     run_forecast: Forecast | None = None
+    batch: BatchSettings | None = None  # the approved batch (None: read from the estimator's arguments)
+    fallbacks: Fallbacks | None = None  # where relaunches may go, in order (the plan as built)
+
+    @property
+    def approved_batch(self) -> BatchSettings:
+        """The batch the lineage was approved with; every attempt keeps its global batch."""
+        return self.batch or self.attempt_batch
+
+    @property
+    def attempt_batch(self) -> BatchSettings:
+        """The batch these arguments train with on their instance type."""
+        return estimator_batch(self.estimator)
+
+    def recorded_batch(self) -> tuple[int | None, int | None]:
+        """(per-device batch, accumulation) an attempt of this plan records; None where the script's own."""
+        batch, known = self.attempt_batch, adjustable(self.spec)
+        return (batch.per_device if PER_DEVICE in known else None,
+                batch.accumulation if ACCUMULATION in known else None)
 
     @property
     def own_forecast(self) -> Forecast | None:
@@ -121,6 +151,9 @@ class LaunchPlan:
             data["run_forecast"] = self.run_forecast.to_json()
         if self.inputs:
             data["inputs"] = dict(self.inputs)
+        data["batch"] = self.approved_batch.to_json()
+        if self.fallbacks is not None:
+            data["fallbacks"] = self.fallbacks.to_json()
         return data
 
     @property
@@ -128,28 +161,40 @@ class LaunchPlan:
         return str(self.estimator["checkpoint_s3_uri"])
 
     def stored(self) -> dict[str, Any]:
-        """What the store keeps: the resolved launch arguments (the spec is stored on its own)."""
-        return {"estimator": copy.deepcopy(self.estimator), "inputs": dict(self.inputs) if self.inputs else None}
+        """What the store keeps: the resolved launch arguments and the approved batch (the spec is stored
+        on its own)."""
+        return {"estimator": copy.deepcopy(self.estimator), "inputs": dict(self.inputs) if self.inputs else None,
+                "batch": self.approved_batch.to_json()}
 
     @classmethod
     def from_stored(cls, spec: JobSpec, lineage_id: str, stored: dict[str, Any]) -> LaunchPlan:
         estimator = copy.deepcopy(stored["estimator"])
-        return cls(spec, lineage_id, estimator, pricing.estimate(spec), stored.get("inputs") or None)
+        batch = BatchSettings.from_json(stored["batch"]) if stored.get("batch") else None
+        return cls(spec, lineage_id, estimator, pricing.estimate(spec), stored.get("inputs") or None, batch=batch)
 
     def for_attempt(self, *, instance_type: str, spot: bool) -> LaunchPlan:
-        """This approved plan on ``instance_type`` with ``spot``; nothing else changes. The fallback types
+        """This approved plan on ``instance_type`` with ``spot``, and the per-device batch and accumulation
+        that keep its global batch there (jobs.planning.batch); nothing else changes. The fallback types
         come from the recovery policy's list, which keeps the spec's rules: no revalidation against
         today's settings, so a lowered TRAINBOT_MAX_INSTANCES does not strand a running lineage."""
+        approved = self.approved_batch
+        info = instance_info(instance_type)
+        try:
+            batch = keep_global_batch(approved, info.gpus, adjustable=adjustable(self.spec))
+        except BatchNotKept as exc:
+            raise SpecError(f"{info.name} cannot run {self.lineage_id or 'this job'} as approved: {exc}.") from None
         estimator = copy.deepcopy(self.estimator)
-        estimator["instance_type"] = instance_type
+        estimator["instance_type"] = info.name
         estimator["use_spot_instances"] = spot
         max_wait = self.spec.max_wait if spot else None
         if max_wait:
             estimator["max_wait"] = max_wait
         else:
             estimator.pop("max_wait", None)
-        spec = self.spec.model_copy(update={"instance_type": instance_type, "spot": spot, "max_wait": max_wait})
-        return LaunchPlan(spec, self.lineage_id, estimator, pricing.estimate(spec), self.inputs)
+        estimator["hyperparameters"] = with_batch(estimator.get("hyperparameters") or {}, batch, approved)
+        spec = self.spec.model_copy(update={"instance_type": info.name, "spot": spot, "max_wait": max_wait,
+                                            "hyperparameters": with_batch(self.spec.hyperparameters, batch, approved)})
+        return LaunchPlan(spec, self.lineage_id, estimator, pricing.estimate(spec), self.inputs, batch=approved)
 
 
 def build_plan(
@@ -162,10 +207,12 @@ def build_plan(
     history: Sequence[PastRun] = (),
     max_restarts: int | None = None,
     max_job_usd: float | None = None,
+    recovery_order: str = DEFAULT_ORDER,
 ) -> LaunchPlan:
     """The plan of ``spec`` for lineage ``lineage_id``; an empty bucket gives placeholder URIs. ``history``:
     earlier SageMaker runs of the same model, task and instance type (newest first) the forecast learns
-    from; ``max_restarts`` and ``max_job_usd``: the operator's caps on the lineage's worst case."""
+    from; ``max_restarts`` and ``max_job_usd``: the operator's caps on the lineage's worst case, which
+    counts every type ``recovery_order`` (TRAINBOT_RECOVERY_POLICY) may move it to."""
     layout = S3Layout(bucket, lineage_id)
     estimator: dict[str, Any] = {
         **code_arguments(spec),
@@ -195,17 +242,22 @@ def build_plan(
         metric_definitions=definitions_for(spec.metrics),
         tags=plan_tags(spec, lineage_id or LINEAGE_PLACEHOLDER, launched_by, origin),
     )
-    inputs = {TRAIN_CHANNEL: spec.train_data} if spec.train_data else None
-    cost = pricing.estimate(spec, max_restarts=max_restarts, max_job_usd=max_job_usd)
-    return LaunchPlan(spec, lineage_id, estimator, cost, inputs, forecast=forecast(spec, history=history))
+    inputs = spec.input_channels() or None
+    batch = estimator_batch(estimator)
+    fallbacks = lineage_fallbacks(spec, batch, recovery_order)
+    cost = pricing.estimate(spec, max_restarts=max_restarts, max_job_usd=max_job_usd, types=fallbacks.types())
+    return LaunchPlan(spec, lineage_id, estimator, cost, inputs, forecast=forecast(spec, history=history),
+                      batch=batch, fallbacks=fallbacks)
 
 
 def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
     """The spec's hyperparameters plus the model and dataset arguments the scripts read, every one a name
     the task's script takes and none it may not be handed (a stored spec is checked here too); then the loss
     and evaluation cadence for the job's length (unless set), and the checkpoint clock."""
-    hps: dict[str, str | int | float | bool] = {"model_name_or_path": spec.model}
-    if spec.train_data is None:
+    hps: dict[str, str | int | float | bool] = {}
+    if spec.model is not None:  # own code may name its model itself (hp.model_id=...)
+        hps["model_name_or_path"] = spec.model
+    if spec.train_data is None and spec.dataset is not None:
         hps.update(dataset_hyperparameters(spec.dataset))
         if spec.dataset_revision:
             hps["dataset_revision"] = spec.dataset_revision
@@ -226,6 +278,11 @@ def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
     return hps
 
 
+def own_checkpoint_minutes(spec: JobSpec) -> float:
+    """How often the spot entry saves a team's Trainer: checkpoint_minutes= as typed, else the spot default."""
+    return spec.checkpoint_minutes if spec.checkpoint_minutes is not None else DEFAULT_SPOT_CHECKPOINT_MINUTES
+
+
 def code_arguments(spec: JobSpec) -> dict[str, Any]:
     """``entry_point``/``source_dir`` (and ``git_config``) of the bot's script, or of the team's own code.
 
@@ -236,7 +293,10 @@ def code_arguments(spec: JobSpec) -> dict[str, Any]:
         return {"entry_point": ENTRY_POINTS[spec.task or ""], "source_dir": training_source_dir()}
     arguments = own_code.source_arguments(spec.code, spec.entry, spec.code_commit)
     if spec.spot:
-        arguments["environment"] = {own_code.USER_ENTRY_ENV: str(arguments["entry_point"])}
+        environment = {own_code.USER_ENTRY_ENV: str(arguments["entry_point"])}
+        if spec.code_trainer is not False:  # the entry adds saves on the clock to the script's Trainer
+            environment[own_code.CHECKPOINT_MINUTES_ENV] = f"{own_checkpoint_minutes(spec):g}"
+        arguments["environment"] = environment
         arguments["entry_point"] = own_code.SPOT_ENTRY
         arguments["dependencies"] = [str(Path(training_source_dir()) / own_code.SPOT_ENTRY)]
     return arguments
@@ -262,7 +322,7 @@ def volume_size_gb(spec: JobSpec) -> int:
     """The EBS volume: the spec's (a preset's), else sized to the model and its checkpoints."""
     if spec.volume_size is not None:
         return spec.volume_size
-    params = MODEL_PARAMETERS.get(spec.model)
+    params = MODEL_PARAMETERS.get(spec.model or "")
     if params is None:
         return DEFAULT_VOLUME_GB
     kept = spec.hyperparameters.get("save_total_limit")
@@ -307,102 +367,3 @@ def code_label(spec: JobSpec, *, with_ref: bool = True) -> str:
 
 def _tag_value(value: str) -> str:
     return _TAG_VALUE_BAD.sub("_", value)[:256]
-
-
-# ---------------------------------------------------------------- text
-
-
-def render_plan_text(plan: LaunchPlan) -> str:
-    """The plan as ``trainbot plan`` prints it: the job, where it runs, and what it costs."""
-    spec, est = plan.spec, plan.estimator
-    info = instance_info(spec.instance_type)
-    what = spec.task or f"own code {spec.entry}"
-    title = f"Plan{' for ' + spec.preset if spec.preset else ''}: {what}, {spec.model} on {plan.inputs and spec.train_data or spec.dataset}"
-    lines = [
-        title,
-        f"Instances: {spec.instance_count} x {spec.instance_type} "
-        f"({spec.instance_count * info.gpus} x {info.accelerator} {info.gpu_memory_gb} GB)",
-        f"Distribution: {DISTRIBUTION_LABELS[spec.distribution]}{_mp_summary(spec)}",
-        f"Framework: transformers {spec.transformers_version}, PyTorch {spec.pytorch_version}, {spec.py_version}",
-        f"Entry point: {est['entry_point']} in {est['source_dir']}",
-        *own_code_lines(spec),
-        "Hyperparameters: " + " ".join(f"{k}={v}" for k, v in est["hyperparameters"].items()),
-        _spot_line(spec),
-        f"Checkpoints: {est['checkpoint_s3_uri']}",
-        f"Output: {est['output_path']}",
-        *forecast_lines(plan),
-        *cost_lines(plan.cost, spec),
-    ]
-    return "\n".join(lines)
-
-
-def own_code_lines(spec: JobSpec) -> list[str]:
-    """``Code: repo@<short sha>`` and, for a spot job, what the script must do to resume."""
-    if spec.code is None:
-        return []
-    lines = [f"Code: {code_label(spec)}, entry {spec.entry}"]
-    if spec.spot:
-        lines.append(own_code.SPOT_RESUME_NOTE)
-    return lines
-
-
-def forecast_lines(plan: LaunchPlan) -> list[str]:
-    """``Forecast: about 28 min, about $24 (physics: ...)`` and, for a scaled-down local run, its own."""
-    lines = []
-    if plan.forecast is not None:
-        lines.append(f"Forecast: {summary(plan.forecast)}{_forecast_detail(plan.forecast)}")
-    if plan.run_forecast is not None:
-        lines.append(f"  this backend's run: {summary(plan.run_forecast)} ({plan.run_forecast.basis})")
-    return lines
-
-
-def _forecast_detail(f: Forecast) -> str:
-    if f.seconds is None or f.training_seconds is None or f.startup_seconds is None:
-        return ""
-    rate = f"{f.samples_per_second:,.1f} samples/s" if f.samples_per_second else "-"
-    return (f" ({f.basis}: {about_duration(f.training_seconds)} training at {rate}, "
-            f"{about_duration(f.startup_seconds)} start-up, evaluation and upload)")
-
-
-def _mp_summary(spec: JobSpec) -> str:
-    if spec.distribution != "model":
-        return ""
-    params = ", ".join(f"{k} {v}" for k, v in (spec.mp_parameters or {}).items())
-    return f"; {spec.processes_per_host} processes a host; {params}"
-
-
-def _spot_line(spec: JobSpec) -> str:
-    if not spec.spot:
-        return f"Spot: no; max run {_duration(spec.max_run)}"
-    fallback = "; may fall back to on-demand" if spec.on_demand_fallback else ""
-    return (
-        f"Spot: yes; max run {_duration(spec.max_run)}, max wait {_duration(spec.max_wait or 0)}; "
-        f"up to {spec.max_restarts} relaunches{fallback}"
-    )
-
-
-def cost_lines(cost: CostEstimate, spec: JobSpec) -> list[str]:
-    """``Cost: $X/hour ...``, the lineage's worst case and the spot price."""
-    if cost.spot_hourly_usd is None:
-        lines = [f"Cost: {usd(cost.hourly_usd)}/hour on-demand"]
-    else:
-        lines = [f"Cost: {usd(cost.spot_hourly_usd)}/hour at a typical spot price ({usd(cost.hourly_usd)}/hour "
-                 f"on-demand; spot savings about {cost.spot_savings_pct:.0f}%)"]
-    lines.append(f"  worst case {usd(cost.worst_case_usd)}: {worst_case_words(cost, spec)}")
-    return lines
-
-
-def worst_case_words(cost: CostEstimate, spec: JobSpec) -> str:
-    """``6 attempts x 24h on ml.p3.16xlarge at on-demand`` (and the cap, when it lowered the figure)."""
-    attempts = f"{cost.attempts} attempt{'s' if cost.attempts != 1 else ''}"
-    text = f"{attempts} x {_duration(spec.max_run)} on {spec.instance_count} x {cost.dearest_type} at on-demand"
-    if cost.capped_by_usd is not None:
-        text += f", stopped at the {usd(cost.capped_by_usd)} per-job cap (TRAINBOT_MAX_JOB_USD)"
-    return text
-
-
-def _duration(seconds: int) -> str:
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else "", f"{secs}s" if secs else ""]
-    return "".join(parts) or "0s"

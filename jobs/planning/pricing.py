@@ -10,7 +10,7 @@ The estimate of a plan, all instances together:
   (what a spot price can rise to);
 - ``worst_case_usd``: the most the whole lineage can be billed: every allowed attempt (1 + the restart cap:
   the spec's ``max_restarts``, never above TRAINBOT_MAX_RESTARTS) at the attempt worst case on the dearest
-  instance type recovery may move it to (jobs.planning.instances.relaunch_types), capped by
+  instance type recovery may move it to (the plan's fallbacks, jobs.planning.fallbacks), capped by
   TRAINBOT_MAX_JOB_USD where set (relaunches stop at the cap);
 - ``expected_usd``: ``max_run`` at the price you expect to pay (the typical spot price for spot jobs): one
   attempt that runs to its limit. The forecast (jobs.planning.forecast) says what the job will likely cost;
@@ -26,9 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.errors import BudgetExceeded
-from jobs.planning.instances import family_of, instance_info, relaunch_types
+from jobs.planning.instances import family_of, instance_info
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jobs.planning.spec import JobSpec
 
 DATA_FILE = Path(__file__).parent / "data" / "prices.json"
@@ -109,12 +111,14 @@ def attempt_worst_case_usd(instance_type: str, count: int, spot: bool, max_run: 
 
 
 def lineage_worst_case(
-    spec: JobSpec, *, max_restarts: int | None = None, max_job_usd: float | None = None
+    spec: JobSpec, *, max_restarts: int | None = None, max_job_usd: float | None = None,
+    types: Sequence[str] | None = None,
 ) -> tuple[float, int, str, bool]:
-    """(worst case of the lineage, attempts, the dearest type, whether ``max_job_usd`` capped it)."""
+    """(worst case of the lineage, attempts, the dearest type, whether ``max_job_usd`` capped it);
+    ``types``: every type recovery may move the lineage to (None: the default order's fallbacks)."""
     restarts = spec.max_restarts if max_restarts is None else min(spec.max_restarts, max_restarts)
     attempts = 1 + max(0, restarts)
-    types = relaunch_types(spec.instance_type, spec.distribution)
+    types = [spec.instance_type, *(reachable_types(spec) if types is None else types)]
     dearest = max(types, key=lambda name: (hourly_usd(name), name))
     total = attempts * attempt_worst_case_usd(dearest, spec.instance_count, spec.spot, spec.max_run)
     if max_job_usd is not None and total > max_job_usd:
@@ -122,14 +126,29 @@ def lineage_worst_case(
     return total, attempts, dearest, False
 
 
-def estimate(spec: JobSpec, *, max_restarts: int | None = None, max_job_usd: float | None = None) -> CostEstimate:
+def reachable_types(spec: JobSpec) -> list[str]:
+    """The types the default recovery order may move ``spec`` to (jobs.planning.fallbacks)."""
+    # Imported here: the fallback order ranks types by these prices, so it imports this module.
+    from jobs.planning.batch import batch_of
+    from jobs.planning.fallbacks import lineage_fallbacks
+
+    batch = batch_of(spec.hyperparameters, spec.instance.gpus, spec.instance_count)
+    return lineage_fallbacks(spec, batch).types()
+
+
+def estimate(
+    spec: JobSpec, *, max_restarts: int | None = None, max_job_usd: float | None = None,
+    types: Sequence[str] | None = None,
+) -> CostEstimate:
     """The cost bounds of ``spec``; ``max_restarts`` and ``max_job_usd`` are the operator's caps
-    (TRAINBOT_MAX_RESTARTS, TRAINBOT_MAX_JOB_USD)."""
+    (TRAINBOT_MAX_RESTARTS, TRAINBOT_MAX_JOB_USD); ``types`` the ones recovery may move it to."""
     count = spec.instance_count
     on_demand = hourly_usd(spec.instance_type) * count
     on_demand_usd = on_demand * spec.max_run / SECONDS_PER_HOUR
     spot = hourly_usd(spec.instance_type, spot=True) * count if spec.spot else None
-    worst, attempts, dearest, capped = lineage_worst_case(spec, max_restarts=max_restarts, max_job_usd=max_job_usd)
+    worst, attempts, dearest, capped = lineage_worst_case(
+        spec, max_restarts=max_restarts, max_job_usd=max_job_usd, types=types
+    )
     return CostEstimate(
         hourly_usd=on_demand,
         spot_hourly_usd=spot,

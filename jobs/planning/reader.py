@@ -8,13 +8,20 @@ reports. Resolving needs git, so the resolver is a port (``jobs.backends.code_so
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from jobs.errors import ConfigError
+from jobs.errors import BadInput, ConfigError
 from jobs.planning.grammar import RecipeLookup, parse_command
-from jobs.planning.own_code import CommitResolver, check_allowed, parse_code
-from jobs.planning.spec import DEFAULT_MAX_INSTANCES, JobSpec
+from jobs.planning.own_code import (
+    CommitResolver,
+    EntryReader,
+    check_allowed,
+    is_full_commit,
+    parse_code,
+    script_saving,
+)
+from jobs.planning.spec import DEFAULT_MAX_INSTANCES, JobSpec, spec_from_fields
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,9 @@ class CommandReader:
     code_sources: tuple[str, ...] = ()  # TRAINBOT_CODE_SOURCES: the URL prefixes own code may come from
     resolver: CommitResolver | None = None
     recipes: RecipeLookup | None = None
+    entries: EntryReader | None = None  # reads the pinned entry script, to say what saves its checkpoints
+    # Why own code cannot run on this bot's backend at all (the local backend without its sandbox), or None.
+    code_refusal: Callable[[], str | None] | None = None
 
     @classmethod
     def of(
@@ -32,8 +42,10 @@ class CommandReader:
         code_sources: Iterable[str] = (),
         resolver: CommitResolver | None = None,
         recipes: RecipeLookup | None = None,
+        entries: EntryReader | None = None,
+        code_refusal: Callable[[], str | None] | None = None,
     ) -> CommandReader:
-        return cls(max_instances, tuple(code_sources), resolver, recipes)
+        return cls(max_instances, tuple(code_sources), resolver, recipes, entries, code_refusal)
 
     def parse(self, text: str) -> JobSpec:
         """The grammar with the team's recipes; no allowlist, no git (``trainbot parse``)."""
@@ -43,8 +55,23 @@ class CommandReader:
         """The grammar, the recipes and the allowlist, with no git: own code's REF stays as typed."""
         spec = self.parse(text)
         if spec.code is not None:
-            check_allowed(spec.code, self.code_sources)
+            self._check_code(spec.code)
         return spec
+
+    def waits_on_code_host(self, spec: JobSpec) -> bool:
+        """Whether reading ``spec`` (a checked one) asks a git host: a REF to resolve, or a pinned entry to read
+        from a commit not checked out yet. A surface draws such a card off its acknowledgement."""
+        if spec.code is None:
+            return False
+        source = parse_code(spec.code)
+        if not source.is_git:
+            return False
+        commit = spec.code_commit or (source.ref if source.ref and is_full_commit(source.ref) else None)
+        if commit is None:
+            return True
+        if self.entries is None or spec.entry is None or spec.code_trainer is not None:
+            return False
+        return not self.entries.has_checkout(source.url, commit)
 
     def read(self, text_or_spec: str | JobSpec) -> JobSpec:
         """The spec to plan or launch: parsed (unless given), own code allowed and pinned."""
@@ -54,11 +81,29 @@ class CommandReader:
     def pin(self, spec: JobSpec) -> JobSpec:
         if spec.code is None:
             return spec
-        check_allowed(spec.code, self.code_sources)
+        self._check_code(spec.code)
         source = parse_code(spec.code)
-        if not source.is_git or spec.code_commit is not None:
+        if source.is_git and spec.code_commit is None:
+            if self.resolver is None:
+                raise ConfigError("This bot cannot resolve git code (no resolver is wired); run it through `trainbot`.")
+            spec = spec.model_copy(update={"code_commit": self.resolver.resolve_commit(source.url, source.ref)})
+        return self._with_saving(spec)
+
+    def _with_saving(self, spec: JobSpec) -> JobSpec:
+        """What the pinned entry saves by itself and whether the spot entry can add saves to its Trainer; the
+        spec is validated again with them, so ``checkpoint_minutes=`` on a script without a Trainer is refused."""
+        if spec.code_trainer is not None or self.entries is None or spec.code is None or spec.entry is None:
             return spec
-        if self.resolver is None:
-            raise ConfigError("This bot cannot resolve git code (no resolver is wired); run it through `trainbot`.")
-        commit = self.resolver.resolve_commit(source.url, source.ref)
-        return spec.model_copy(update={"code_commit": commit})
+        source = parse_code(spec.code)
+        text = self.entries.read_entry(source.url, spec.code_commit, spec.entry) if source.is_git else None
+        if text is None:
+            return spec
+        trainer, saves = script_saving(text)
+        fields = {**spec.model_dump(), "code_trainer": trainer, "code_saves": saves}
+        return spec_from_fields(fields, max_instances=self.max_instances)
+
+    def _check_code(self, code: str) -> None:
+        check_allowed(code, self.code_sources)
+        refusal = self.code_refusal() if self.code_refusal is not None else None
+        if refusal:
+            raise BadInput(refusal)

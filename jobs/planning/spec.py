@@ -29,7 +29,7 @@ from jobs.planning.hyperparameters import (
 )
 from jobs.planning.instances import InstanceType, instance_info, normalize_instance_name
 from jobs.planning.metrics import check_user_metrics
-from jobs.planning.own_code import check_entry, is_full_commit, parse_code
+from jobs.planning.own_code import check_entry, check_own_checkpoint_minutes, is_full_commit, parse_code
 from jobs.planning.presets import DEFAULT_MP_PARAMETERS, DEFAULT_PROCESSES_PER_HOST, PRESETS
 
 Task = Literal["question-answering", "text-classification"]
@@ -66,6 +66,30 @@ MP_ENUMS = {
 MP_INTS = ("partitions", "microbatches", "active_microbatches", "default_partition")
 MP_BOOLS = ("ddp", "auto_partition", "contiguous")
 MP_KEYS = tuple(MP_ENUMS) + MP_INTS + MP_BOOLS
+#: The channels with keys of their own -> the key.
+CHANNEL_KEYS = {"train": "train_data", "test": "test_data", "validation": "validation_data"}
+#: A channel name SageMaker takes and the toolkit turns into SM_CHANNEL_<NAME> (a usable variable name).
+CHANNEL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,63}", re.ASCII)
+MAX_CHANNELS = 20  # SageMaker's limit on a job's InputDataConfig
+
+
+def check_channels(channels: dict[str, str]) -> dict[str, str]:
+    """channel.NAME=URI: names SageMaker and the toolkit take, none twice in SM_CHANNEL_ spelling."""
+    if len(channels) > MAX_CHANNELS - len(CHANNEL_KEYS):
+        raise SpecError(f"A job takes at most {MAX_CHANNELS} data channels (SageMaker's limit), not {len(channels)}.")
+    seen: dict[str, str] = {}
+    for name, uri in channels.items():
+        if not isinstance(name, str) or not CHANNEL_NAME.fullmatch(name):
+            raise SpecError(f"channel.{show(name)} is not a channel name: use letters, digits and _ (up to 64), "
+                            "starting with a letter, e.g. channel.extra=s3://BUCKET/PREFIX.")
+        if name.lower() in CHANNEL_KEYS:
+            raise SpecError(f"channel.{name} is the {name.lower()} channel: use {CHANNEL_KEYS[name.lower()]}= for it.")
+        if name.upper() in seen:
+            raise SpecError(f"channel.{seen[name.upper()]} and channel.{name} would both be SM_CHANNEL_{name.upper()}: keep one.")
+        if not isinstance(uri, str):
+            raise SpecError(f"channel.{name} takes an s3:// prefix or a local folder.")
+        seen[name.upper()] = name
+    return dict(channels)
 
 
 def dataset_hyperparameters(dataset: str) -> dict[str, str]:
@@ -88,8 +112,8 @@ class JobSpec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     task: Task | None = None  # required unless the job runs its own code (code=)
-    model: str
-    dataset: str
+    model: str | None = None  # required unless the job runs its own code, which may name its model itself
+    dataset: str | None = None  # likewise (with train_data= and no dataset=: "custom")
     instance_type: str = "ml.p3.2xlarge"
     instance_count: int = 1
     distribution: Distribution = "none"
@@ -106,6 +130,9 @@ class JobSpec(BaseModel):
     on_demand_fallback: bool = False
     max_restarts: int = 5
     train_data: str | None = None
+    test_data: str | None = None  # the "test" channel (SM_CHANNEL_TEST)
+    validation_data: str | None = None  # the "validation" channel (SM_CHANNEL_VALIDATION)
+    channels: dict[str, str] | None = None  # channel.NAME=URI: any other channel (SM_CHANNEL_<NAME>)
     dataset_revision: str | None = None
     checkpoint_minutes: float | None = None  # a checkpoint at least this often; default for spot jobs
     volume_size: int | None = None  # GB of disk; None: sized to the model (plan.volume_size_gb)
@@ -114,6 +141,11 @@ class JobSpec(BaseModel):
     entry: str | None = None  # own code: the script's path in the repository or tarball
     code_commit: str | None = None  # the commit a git REF named when the lineage was planned (pinned)
     metrics: dict[str, str] | None = None  # own metric definitions: name -> regex with one group
+    # Set by trainbot when own code is pinned: whether its entry builds a transformers Trainer (the spot
+    # entry can add saves on the clock to one), and what the script saves by itself, in words.
+    code_trainer: bool | None = None
+    code_saves: str | None = None
+    registry: str | None = None  # the Model Package Group its model is registered in (default: its schedule)
 
     @model_validator(mode="before")
     @classmethod
@@ -124,6 +156,11 @@ class JobSpec(BaseModel):
     @classmethod
     def _check_hyperparameters(cls, value: dict[str, HpValue]) -> dict[str, HpValue]:
         return check_hyperparameters(value)
+
+    @field_validator("channels")
+    @classmethod
+    def _check_channels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_channels(value) if value else None
 
     @field_validator("metrics")
     @classmethod
@@ -148,13 +185,31 @@ class JobSpec(BaseModel):
     def own_code(self) -> bool:
         return self.code is not None
 
+    @property
+    def data_label(self) -> str:
+        """What it trains on, as a card or report names it: the train channel, the dataset, or the script's own."""
+        return self.train_data or self.dataset or "the script's own data"
+
+    @property
+    def model_label(self) -> str:
+        """The model, or for own code that names none, what the script chooses."""
+        return self.model or ("the script's own model" if self.own_code else "")
+
+    def input_channels(self) -> dict[str, str]:
+        """Every data channel it names: train, test, validation, then channel.NAME ones, in that order."""
+        named = {"train": self.train_data, "test": self.test_data, "validation": self.validation_data}
+        found = {name: uri for name, uri in named.items() if uri}
+        found.update(self.channels or {})
+        return found
+
 
 def spec_from_fields(fields: dict[str, Any], *, max_instances: int = DEFAULT_MAX_INSTANCES) -> JobSpec:
     """Validate raw fields into a JobSpec; every failure is one SpecError sentence."""
     try:
         return JobSpec.model_validate(fields, context={"max_instances": max_instances})
     except ValidationError as exc:
-        raise SpecError(describe_validation_error(exc)) from None
+        loc = min(exc.errors(), key=_error_rank).get("loc") or ("",)
+        raise SpecError(describe_validation_error(exc), field=str(loc[0]) or None) from None
 
 
 def _error_rank(error: Any) -> int:
@@ -220,7 +275,7 @@ def fill_defaults(data: dict[str, Any]) -> dict[str, Any]:
         if distribution == "model":
             _fill_model_parallel(data)
     if data.get("spot") is True or str(data.get("spot")).lower() in TRUE_WORDS:
-        _fill_spot(data)
+        _fill_spot(data, own_code=data.get("code") is not None)
     return data
 
 
@@ -241,10 +296,14 @@ def _fill_model_parallel(data: dict[str, Any]) -> None:
         data["mp_parameters"] = {**DEFAULT_MP_PARAMETERS, **(params or {})}
 
 
-def _fill_spot(data: dict[str, Any]) -> None:
+def _fill_spot(data: dict[str, Any], *, own_code: bool) -> None:
     max_run = data.get("max_run", DEFAULT_MAX_RUN)
     if data.get("max_wait") is None and isinstance(max_run, int) and not isinstance(max_run, bool):
         data["max_wait"] = min(2 * max_run, max(MAX_RUNTIME_SECONDS, max_run))
+    if own_code:
+        # A team's script owns its arguments (a strict parse_args() refuses --save_steps); its saves on the
+        # clock come from the spot entry's callback, at checkpoint_minutes= when typed (own_code.py).
+        return
     hps = data.get("hyperparameters")
     if hps is None or isinstance(hps, dict):
         hps = dict(hps or {})
@@ -277,22 +336,26 @@ def check_spec(spec: JobSpec, max_instances: int) -> None:
     if spec.hyperparameters.get("bf16") is True and not info.bf16:
         raise SpecError(
             f"bf16=yes needs an A100, H100, A10G, L4 or Trainium; {info.name} has {info.accelerator}: "
-            "use fp16=yes or a p4d, p5, g5 or g6 type."
+            "use fp16=yes or a p4d, p5, g5 or g6 type.", field="instance_type"
         )
 
 
 def _check_names(spec: JobSpec) -> None:
-    for field in ("model", "dataset", "train_data", "dataset_revision"):
-        value = getattr(spec, field)
+    named = [(field, getattr(spec, field)) for field in ("model", "dataset", "train_data", "dataset_revision")]
+    named += [(CHANNEL_KEYS.get(name, f"channel.{name}"), uri)
+              for name, uri in spec.input_channels().items() if name != "train"]
+    for field, value in named:
         if value is not None and not NAME_PATTERN.fullmatch(value):
-            raise SpecError(f"{field} {show(value)} is not a usable name: a hub id like owner/name, or an s3:// or local path, with no spaces.")
+            raise SpecError(f"{field} {show(value)} is not a usable name: a hub id like owner/name, or an s3:// or local path, with no spaces.", field=field)
         if value is not None and any(part.startswith("-") for part in _script_values(field, value)):
             # It becomes a script argument's value; one starting with - would read as another option.
-            raise SpecError(f"{field} {show(value)} may not start with -: name a hub id like owner/name, or an s3:// or local path.")
-    if spec.train_data is not None and not spec.train_data.startswith(("s3://", "/", "./", "~")):
-        raise SpecError(f"train_data must be an s3:// prefix or a local folder, not {show(spec.train_data)}.")
+            raise SpecError(f"{field} {show(value)} may not start with -: name a hub id like owner/name, or an s3:// or local path.", field=field)
+    for name, uri in spec.input_channels().items():
+        if not uri.startswith(("s3://", "/", "./", "~")):
+            key = CHANNEL_KEYS.get(name, f"channel.{name}")
+            raise SpecError(f"{key} must be an s3:// prefix or a local folder, not {show(uri)}.", field=key)
     if spec.task is not None and spec.dataset in DATASETS and DATASETS[spec.dataset][0] != spec.task:
-        raise SpecError(f"dataset={spec.dataset} is {DATASETS[spec.dataset][0]} data, but task={spec.task}: change one of them.")
+        raise SpecError(f"dataset={spec.dataset} is {DATASETS[spec.dataset][0]} data, but task={spec.task}: change one of them.", field="dataset")
     if spec.preset is not None and spec.preset not in PRESETS:
         raise SpecError(f"Unknown preset {show(spec.preset)}: choose one of {', '.join(PRESETS)}.")
 
@@ -303,9 +366,10 @@ def _script_values(field: str, value: str) -> list[str]:
 
 def _check_own_code(spec: JobSpec) -> None:
     if spec.code is None:
-        if spec.task is None:
-            raise SpecError(missing_field_message("task"))
-        for field in ("entry", "code_commit"):
+        for field in ("model", "dataset", "task"):
+            if getattr(spec, field) is None:  # a team's own script may choose them itself; the bot's need them
+                raise SpecError(missing_field_message(field))
+        for field in ("entry", "code_commit", "code_trainer", "code_saves"):
             if getattr(spec, field) is not None:
                 raise SpecError(f"{field}= goes with own code: add code=git+URL@REF or code=s3://BUCKET/KEY.tar.gz.")
         return
@@ -318,20 +382,23 @@ def _check_own_code(spec: JobSpec) -> None:
     check_entry(spec.entry)
     if spec.code_commit is not None and (not source.is_git or not is_full_commit(spec.code_commit)):
         raise SpecError("code_commit is the 40-hex commit a git code= REF was pinned to; it is set by trainbot.")
+    if spec.checkpoint_minutes is not None:
+        check_own_checkpoint_minutes(spec.spot, spec.code_trainer, spec.code_saves)
 
 
 def _check_instances(spec: JobSpec, info: InstanceType, max_instances: int) -> None:
     if info.is_trainium:
         raise SpecError(
             f"{info.name} needs the Neuron training containers, which the training scripts do not support: "
-            "choose a GPU type such as ml.p3.2xlarge or ml.g5.xlarge."
+            "choose a GPU type such as ml.p3.2xlarge or ml.g5.xlarge.", field="instance_type"
         )
     if not 1 <= spec.instance_count <= max_instances:
-        raise SpecError(f"instance_count must be between 1 and {max_instances} (TRAINBOT_MAX_INSTANCES), not {spec.instance_count}.")
+        raise SpecError(f"instance_count must be between 1 and {max_instances} (TRAINBOT_MAX_INSTANCES), "
+                        f"not {spec.instance_count}.", field="instance_count")
     if spec.instance_count > 1 and spec.distribution == "none":
         raise SpecError(
             f"instance_count={spec.instance_count} needs distribution=data, ddp or model "
-            "(without one every instance would train alone); or use instance_count=1."
+            "(without one every instance would train alone); or use instance_count=1.", field="instance_count"
         )
     if not 0 <= spec.max_restarts <= MAX_RESTARTS_LIMIT:
         raise SpecError(f"max_restarts must be between 0 and {MAX_RESTARTS_LIMIT}, not {spec.max_restarts}.")
@@ -339,17 +406,18 @@ def _check_instances(spec: JobSpec, info: InstanceType, max_instances: int) -> N
 
 def _check_times(spec: JobSpec) -> None:
     if not 1 <= spec.max_run <= MAX_RUNTIME_SECONDS:
-        raise SpecError(f"max_run must be between 1 second and 28 days (e.g. 3600, 90m, 2h), not {spec.max_run}.")
+        raise SpecError(f"max_run must be between 1 second and 28 days (e.g. 3600, 90m, 2h), not {spec.max_run}.",
+                        field="max_run")
     if spec.max_wait is None:
         if spec.spot:
-            raise SpecError("A spot job needs max_wait (at least max_run), e.g. max_wait=2h.")
+            raise SpecError("A spot job needs max_wait (at least max_run), e.g. max_wait=2h.", field="max_wait")
         return
     if not spec.spot:
-        raise SpecError("max_wait only applies to spot jobs: add spot=yes or drop max_wait.")
+        raise SpecError("max_wait only applies to spot jobs: add spot=yes or drop max_wait.", field="max_wait")
     if not spec.max_run <= spec.max_wait <= MAX_RUNTIME_SECONDS:
         raise SpecError(
             f"max_wait ({spec.max_wait} s) must be at least max_run ({spec.max_run} s) and at most 28 days: "
-            "it covers the wait for spot capacity plus the training itself."
+            "it covers the wait for spot capacity plus the training itself.", field="max_wait"
         )
 
 
@@ -367,14 +435,15 @@ def _check_checkpoints_and_disk(spec: JobSpec) -> None:
 def _check_distribution(spec: JobSpec, info: InstanceType) -> None:
     if spec.distribution != "model" and (spec.mp_parameters is not None or spec.processes_per_host is not None):
         raise SpecError(
-            "Model-parallel settings (partitions, microbatches, processes_per_host, mp.*) need distribution=model."
+            "Model-parallel settings (partitions, microbatches, processes_per_host, mp.*) need distribution=model.",
+            field="distribution",
         )
     if spec.distribution == "data":
         supported = versions.dataparallel_instance_types()
         if info.name not in supported:
             raise SpecError(
                 f"distribution=data (smdistributed dataparallel) runs only on {', '.join(supported)}, "
-                f"not {info.name}: pick one of those, or use distribution=ddp."
+                f"not {info.name}: pick one of those, or use distribution=ddp.", field="distribution"
             )
     if spec.distribution == "model":
         _check_model_parallel(spec, info)
@@ -389,7 +458,7 @@ def _check_model_parallel(spec: JobSpec, info: InstanceType) -> None:
     if not 1 <= processes <= info.gpus:
         raise SpecError(
             f"processes_per_host={processes} must be between 1 and the {info.gpus} GPU(s) of {info.name}: "
-            "model parallelism needs a multi-GPU type such as ml.p3.16xlarge."
+            "model parallelism needs a multi-GPU type such as ml.p3.16xlarge.", field="instance_type"
         )
     if isinstance(partitions, int) and processes % partitions:
         raise SpecError(f"partitions={partitions} must divide processes_per_host={processes} (e.g. partitions=2 or 4 with 8 processes).")

@@ -28,6 +28,7 @@ _FALLBACK_DATAPARALLEL_INSTANCES = ("ml.p3.16xlarge", "ml.p3dn.24xlarge", "ml.p4
 _FALLBACK_DATAPARALLEL_PYTORCH = ("1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0")
 _FALLBACK_TORCH_DISTRIBUTED_PYTORCH = ("1.13.1", "2.0.0", "2.0.1", "2.1.0", "2.1.2", "2.2.0", "2.3.0", "2.3.1")
 _FALLBACK_TRAINING = {"4.28.1": {"2.0.0": ("py310",)}}
+_FALLBACK_IMAGE_CUDA = {("4.28.1", "2.0.0"): "11.8"}
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,19 @@ def training_combinations() -> tuple[Combination, ...]:
 def inference_combinations() -> tuple[Combination, ...]:
     """Every PyTorch HF inference container the SDK knows, oldest first."""
     return _combinations("inference")
+
+
+@cache
+def image_cuda_version(transformers: str, pytorch: str) -> str | None:
+    """The CUDA version of the HF training image for these versions (``"11.8"`` from its
+    ``container_version`` ``cu118-ubuntu20.04``); None when the SDK's tables do not say."""
+    block = _image_config("huggingface").get("training", {}).get("versions", {}).get(transformers, {})
+    entry = block.get(f"pytorch{pytorch}") if isinstance(block, dict) else None
+    tag = str((entry or {}).get("container_version", {}).get("gpu", "")) if isinstance(entry, dict) else ""
+    digits = tag.split("-", 1)[0].removeprefix("cu")
+    if not tag.startswith("cu") or not digits.isdigit() or len(digits) < 3:
+        return _FALLBACK_IMAGE_CUDA.get((transformers, pytorch))
+    return f"{digits[:-1]}.{digits[-1]}"
 
 
 @cache
@@ -192,15 +206,19 @@ def _same(given: str | None, actual: str) -> bool:
     return given is None or given == actual or actual.startswith(given + ".")
 
 
+#: What a refusal of the versions is about (a form shows it there, not under distribution).
+VERSIONS_FIELD = "transformers_version"
+
+
 def _explain_no_match(transformers: str | None, pytorch: str | None, py: str | None, distribution: str) -> None:
     known = [c for c in training_combinations() if _matches(c, transformers, pytorch, py)]
     if known:
-        raise SpecError(_unsupported_message(known[-1], distribution))
+        raise SpecError(_unsupported_message(known[-1], distribution), field=VERSIONS_FIELD)
     given = ", ".join(f"{label} {value}" for label, value in
                       (("transformers", transformers), ("PyTorch", pytorch), ("Python", py)) if value)
     raise SpecError(
         f"The SageMaker SDK has no Hugging Face training container with {given} for distribution={distribution}: "
-        f"choose one of {_listing(supported_combinations(distribution))}."
+        f"choose one of {_listing(supported_combinations(distribution))}.", field=VERSIONS_FIELD
     )
 
 
@@ -212,9 +230,10 @@ def validate_versions(transformers: str, pytorch: str, py: str, distribution: st
     if combo not in training_combinations():
         raise SpecError(
             f"The SageMaker SDK has no Hugging Face training container for transformers {transformers}, "
-            f"PyTorch {pytorch}, {py}: choose one of {_listing(supported_combinations(distribution))}."
+            f"PyTorch {pytorch}, {py}: choose one of {_listing(supported_combinations(distribution))}.",
+            field=VERSIONS_FIELD,
         )
-    raise SpecError(_unsupported_message(combo, distribution))
+    raise SpecError(_unsupported_message(combo, distribution), field=VERSIONS_FIELD)
 
 
 def _unsupported_message(combo: Combination, distribution: str) -> str:

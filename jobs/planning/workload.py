@@ -148,10 +148,6 @@ class Workload:
     sized: bool  # False: an unknown dataset with no step cap, the counts are a guess
 
     @property
-    def train_flops(self) -> float:
-        return self.train_samples * self.seq_len * self.model.train_flops_per_token(self.seq_len)
-
-    @property
     def eval_flops(self) -> float:
         return self.eval_samples * self.seq_len * self.model.forward_flops_per_token(self.seq_len)
 
@@ -178,7 +174,7 @@ def workload_of(
     """The work ``spec`` asks for; ``hyperparameters`` and ``replicas`` replace the spec's (a backend's
     scaled-down run: other arguments, a few processes)."""
     hps = dict(spec.hyperparameters if hyperparameters is None else hyperparameters)
-    size = dataset_size(spec.dataset) if spec.train_data is None else None
+    size = dataset_size(spec.dataset) if spec.train_data is None and spec.dataset is not None else None
     global_batch = (
         _int(hps, "per_device_train_batch_size", DEFAULT_BATCH)
         * _int(hps, "gradient_accumulation_steps", 1)

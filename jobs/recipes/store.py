@@ -6,22 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Column, String, Table, Text
 from sqlalchemy.engine import Row
-
-from jobs.store.schema import UTCDateTime, metadata
-
-recipes_table = Table(
-    "recipes", metadata,
-    Column("name", String(64), primary_key=True),
-    Column("text", Text, nullable=False),  # the /train arguments, as validated when saved
-    Column("created_by", String(64), nullable=False),  # the author: only they or an admin change it
-    Column("via", String(32), nullable=False),
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
-)
-
-
 
 
 @dataclass(frozen=True)

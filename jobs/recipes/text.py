@@ -22,6 +22,13 @@ BAD_NAME = (
 )
 PRESET_NAME = "{name} is a built-in preset ({presets}); a recipe cannot shadow it: pick another name."
 KEY_NAME = "{name} is a {command} key or command word; a recipe cannot take it: pick another name."
+SAME_NAME = (
+    "A recipe named {existing} exists and - and _ read alike in recipe names: use {existing} (or another name)."
+)
+TOO_MANY = (
+    "You have saved {count} recipes, the most one person may (TRAINBOT_MAX_RECIPES_PER_USER): remove one with "
+    "/recipe remove NAME, or change one of yours by saving it again."
+)
 NOT_AUTHOR = "Only the author of recipe {name} ({author}) or an admin may {verb} it; save yours under another name."
 IN_FILE = "Recipe {name} is kept in {path} (TRAINBOT_RECIPES_FILE): change it there, or save yours under another name."
 FILE_UNREADABLE = "The recipes file {path} (TRAINBOT_RECIPES_FILE) cannot be read: {reason}."

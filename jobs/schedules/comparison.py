@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.lifecycle.state import AttemptStatus
-from jobs.store.store import Lineage
+from jobs.lineage import AttemptStatus, Lineage
 
 #: A run is flagged when EM, F1 or accuracy drops by more than this many points (0-100 scale).
 DEFAULT_REGRESSION_POINTS = 1.0

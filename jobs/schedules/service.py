@@ -18,32 +18,25 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
 from jobs.errors import InvalidState, NotFound, PermissionDenied, ScheduleError, TrainbotError
 from jobs.lifecycle.service import JobService
-from jobs.lifecycle.state import LineageStatus
+from jobs.lineage import Lineage, LineageStatus
 from jobs.permissions import AccessPolicy
 from jobs.records import Actor
 from jobs.schedules.comparison import DEFAULT_REGRESSION_POINTS, Comparison, compare_runs, final_metrics
-from jobs.schedules.store import (
-    FireResult,
-    Schedule,
-    ScheduleRun,
-    run_from_row,
-    schedule_from_row,
-    schedule_runs,
-    schedules_table,
-)
+from jobs.schedules.limits import check_cadence, check_count
+from jobs.schedules.store import FireResult, Schedule, ScheduleRun, run_from_row, schedule_from_row
 from jobs.schedules.text import DEFAULT_TZ, check_name, check_overlap, parse_add_text
 from jobs.settings import Settings
-from jobs.store.schema import write_transaction
-from jobs.store.store import Lineage, Store
+from jobs.store.schema import schedule_runs, schedules_table, write_transaction
+from jobs.store.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -91,17 +84,20 @@ class ScheduleService:
         request = parse_add_text(text)
         return self.add(name, request.cron, request.tz, request.train_text, actor=actor, channel=channel,
                         overlap=request.overlap, regression_points=request.regression_points,
-                        deploy_if_better=request.deploy_if_better)
+                        deploy_if_better=request.deploy_if_better, endpoint=request.endpoint)
 
     def add(self, name: str, cron: str, tz: str | None, text: str, *, actor: Actor, channel: str | None,
             overlap: str = "skip", regression_points: float = DEFAULT_REGRESSION_POINTS,
-            deploy_if_better: bool = False) -> Schedule:
+            deploy_if_better: bool = False, endpoint: str | None = None) -> Schedule:
         """Validate everything now (not at 2 a.m.) and store the schedule."""
         check_name(name)
+        if deploy_if_better and not endpoint:
+            raise ScheduleError("deploy_if_better=yes needs the endpoint to promote into: add endpoint=NAME.")
         tz = tz or DEFAULT_TZ
         self.calendar.validate(cron, tz)
         if self.calendar.next_fire(cron, tz, self._clock.now()) is None:
             raise ScheduleError(f"cron={cron!r} never fires (no such date): check the day and month fields.")
+        check_cadence(self.calendar, cron, tz, self._clock.now(), self._settings.trainbot_min_schedule_minutes)
         # As a run will read it (recipes, own code allowed), but no git: a REF is resolved afresh at each
         # run, and asking the git host here could outlast a chat's 3-second acknowledgement.
         spec = self._jobs.check(text)
@@ -109,18 +105,24 @@ class ScheduleService:
         now = self._clock.now()
         values = dict(name=name, cron=cron, tz=tz, text=text, channel=channel, created_by=actor.user_id,
                       via=actor.via, paused=False, overlap=check_overlap(overlap), regression_points=regression_points,
-                      deploy_if_better=deploy_if_better, train_data=spec.train_data,
+                      deploy_if_better=deploy_if_better, endpoint=endpoint, train_data=spec.train_data,
                       dataset_revision=spec.dataset_revision, queued_for=None, created_at=now, updated_at=now)
         try:
             with write_transaction(self.engine) as conn:
+                check_count(self._count_by(conn, actor.user_id), self._settings.trainbot_max_schedules_per_user)
                 conn.execute(insert(schedules_table).values(**values))
         except IntegrityError:
             raise ScheduleError(
                 f"A schedule named {name!r} exists already: remove it first or pick another name."
             ) from None
-        self.store.audit(actor, "schedule.add", name, {"cron": cron, "tz": tz, "text": text})
+        self.store.audit(actor, "schedule.add", name, {"cron": cron, "tz": tz, "text": text, "endpoint": endpoint,
+                                                       "deploy_if_better": deploy_if_better})
         self._changed(name)
         return self.get(name)
+
+    def _count_by(self, conn: Connection, user_id: str) -> int:
+        query = select(func.count()).select_from(schedules_table).where(schedules_table.c.created_by == user_id)
+        return int(conn.execute(query).scalar_one())
 
     def get(self, name: str) -> Schedule:
         with self.engine.connect() as conn:
@@ -197,10 +199,25 @@ class ScheduleService:
         if schedule.paused:
             return FireResult(name, "paused")
         scheduled_for = scheduled_for.astimezone(timezone.utc)  # one slot name whatever zone it came in
+        if self._too_soon(name, scheduled_for):
+            return FireResult(name, "skipped", note="too soon after its previous run (TRAINBOT_MIN_SCHEDULE_MINUTES)")
         slot = f"cron:{scheduled_for.isoformat()}"
         if not self._claim(name, slot, scheduled_for):
             return FireResult(name, "duplicate", note="another process ran this slot")
         return self._run_claimed(schedule, slot, scheduled_for)
+
+    def _too_soon(self, name: str, scheduled_for: datetime) -> bool:
+        """A cron run within TRAINBOT_MIN_SCHEDULE_MINUTES of the one before (a schedule stored before the
+        minimum was checked at add time): not run, and not recorded either, so it cannot fill the store."""
+        minimum = timedelta(minutes=self._settings.trainbot_min_schedule_minutes)
+        if not minimum:
+            return False
+        query = select(schedule_runs.c.id).where(
+            schedule_runs.c.schedule == name, schedule_runs.c.slot.like("cron:%"),
+            schedule_runs.c.scheduled_for > scheduled_for - minimum, schedule_runs.c.scheduled_for < scheduled_for,
+        ).limit(1)
+        with self.engine.connect() as conn:
+            return conn.execute(query).first() is not None
 
     def release_queued(self) -> builtins.list[FireResult]:
         """Start queued runs whose previous run has ended (the scheduler calls this each cycle)."""
@@ -222,7 +239,7 @@ class ScheduleService:
         if active is not None:
             return self._overlapping(schedule, slot, scheduled_for, active)
         try:
-            lineage = self._launch(schedule, _schedule_actor(schedule), slot)
+            lineage = self._launch(schedule, schedule_actor(schedule), slot)
         except TrainbotError as error:
             log.warning("schedule %s: launch refused: %s", schedule.name, error.user_message())
             self._finish(schedule, slot, "failed", note=error.user_message())
@@ -275,7 +292,7 @@ class ScheduleService:
             text = f"Schedule {schedule.name} {outcome}: {note.rstrip('.')}."
         payload = {"kind": NOTIFY_KIND, "event": outcome, "schedule": schedule.name, "text": text,
                    "lineage_id": lineage.id if lineage else None, "job_name": None}
-        self.store.enqueue(kind=NOTIFY_KIND, payload=payload, dedup_key=f"schedule:{schedule.name}:{slot}:{outcome}",
+        self.store.outbox.enqueue(kind=NOTIFY_KIND, payload=payload, dedup_key=f"schedule:{schedule.name}:{slot}:{outcome}",
                            lineage_id=lineage.id if lineage else None, channel=schedule.channel)
 
     def _active(self, name: str) -> Lineage | None:
@@ -294,6 +311,12 @@ class ScheduleService:
             return None
         threshold, deploy = self._comparison_options(lineage.schedule)
         return compare_runs(lineage.schedule, lineage, previous, threshold=threshold, deploy_if_better=deploy)
+
+    def find(self, name: str) -> Schedule | None:
+        """The schedule's row (None once removed), without next run or last result."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(schedules_table).where(schedules_table.c.name == name)).first()
+        return None if row is None else schedule_from_row(row)
 
     def _previous_success(self, lineage: Lineage) -> Lineage | None:
         for other in self.store.list_lineages(schedule=lineage.schedule, limit=200):
@@ -354,7 +377,7 @@ class ScheduleService:
         return f"{lineage.status.value} ({lineage.id})" + (f": {metrics}" if metrics else "")
 
 
-def _schedule_actor(schedule: Schedule) -> Actor:
+def schedule_actor(schedule: Schedule) -> Actor:
     # A cron run acts for the person who added the schedule: their permissions and budget apply.
     return Actor(user_id=schedule.created_by, channel_id=schedule.channel, via="schedule",
                  display=f"schedule {schedule.name}")

@@ -6,65 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    Boolean,
-    Column,
-    Float,
-    Index,
-    Integer,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-)
 from sqlalchemy.engine import Row
 
-from jobs.schedules.comparison import DEFAULT_REGRESSION_POINTS, describe_data
-from jobs.store.schema import UTCDateTime, metadata
-from jobs.store.store import Lineage
-
-schedules_table = Table(
-    "schedules", metadata,
-    Column("name", String(64), primary_key=True),
-    Column("cron", String(120), nullable=False),
-    Column("tz", String(64), nullable=False),
-    Column("text", Text, nullable=False),  # the /train arguments, as validated at add time
-    Column("channel", String(64)),
-    Column("created_by", String(64), nullable=False),
-    Column("via", String(32), nullable=False),
-    Column("paused", Boolean, nullable=False, default=False),
-    Column("overlap", String(16), nullable=False, default="skip"),
-    Column("regression_points", Float, nullable=False, default=DEFAULT_REGRESSION_POINTS),
-    Column("deploy_if_better", Boolean, nullable=False, default=False),
-    Column("train_data", Text),
-    Column("dataset_revision", String(255)),
-    Column("queued_for", UTCDateTime),  # a run that waits for the previous one to end (overlap=queue)
-    Column("created_at", UTCDateTime, nullable=False),
-    Column("updated_at", UTCDateTime, nullable=False),
-)
-
-schedule_runs = Table(
-    "schedule_runs", metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("schedule", String(64), nullable=False),
-    Column("slot", String(128), nullable=False),  # cron:<iso>, queued:<iso> or manual:<uuid>
-    Column("scheduled_for", UTCDateTime, nullable=False),
-    Column("outcome", String(16), nullable=False),  # claimed, launched, skipped, queued, failed
-    Column("lineage_id", String(64)),
-    Column("note", Text, nullable=False, default=""),
-    Column("created_at", UTCDateTime, nullable=False),
-    UniqueConstraint("schedule", "slot", name="uq_schedule_runs_slot"),
-    Index("ix_schedule_runs_schedule", "schedule", "id"),
-)
-
-#: One row per lease name: the process holding it runs the schedules until `expires_at` (epoch seconds).
-scheduler_lease = Table(
-    "scheduler_lease", metadata,
-    Column("name", String(64), primary_key=True),
-    Column("holder", String(255), nullable=False),
-    Column("expires_at", Float, nullable=False),
-)
-
+from jobs.lineage import Lineage
+from jobs.schedules.comparison import describe_data
 
 # ---------------------------------------------------------------- records
 
@@ -98,6 +43,7 @@ class Schedule:
     queued_for: datetime | None
     created_at: datetime
     updated_at: datetime
+    endpoint: str | None = None  # the endpoint its runs are promoted into
     next_run: datetime | None = None  # filled by the service (None when paused)
     last_run: ScheduleRun | None = None
     last_result: str = ""  # e.g. "completed (nightly-x): eval_f1=88.1", "skipped: ..."
@@ -129,7 +75,7 @@ def schedule_from_row(row: Row[Any]) -> Schedule:
         via=row.via, paused=bool(row.paused), overlap=row.overlap, regression_points=float(row.regression_points),
         deploy_if_better=bool(row.deploy_if_better), train_data=row.train_data,
         dataset_revision=row.dataset_revision, queued_for=row.queued_for, created_at=row.created_at,
-        updated_at=row.updated_at,
+        updated_at=row.updated_at, endpoint=row.endpoint,
     )
 
 

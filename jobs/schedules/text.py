@@ -1,5 +1,5 @@
-"""The text of `/schedule add`: schedule options (cron, tz, overlap, threshold, deploy_if_better) parsed out
-of the /train arguments, and the rule for schedule names.
+"""The text of `/schedule add`: schedule options (cron, tz, overlap, threshold, deploy_if_better, endpoint)
+parsed out of the /train arguments, and the rule for schedule names.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ OVERLAP_CHOICES = ("skip", "queue")
 _SCHEDULE_KEYS = {
     "cron": "cron", "tz": "tz", "timezone": "tz", "overlap": "overlap",
     "regression_threshold": "threshold", "threshold": "threshold", "deploy_if_better": "deploy_if_better",
+    "endpoint": "endpoint",
 }
+#: An endpoint's name (SageMaker's EndpointName rule), as `/deploy name=` takes it.
+ENDPOINT_PATTERN = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -30,10 +33,12 @@ class AddRequest:
     overlap: str = "skip"
     regression_points: float = DEFAULT_REGRESSION_POINTS
     deploy_if_better: bool = False
+    endpoint: str | None = None  # the endpoint its runs are promoted into (better ones without a click)
 
 
 def parse_add_text(text: str) -> AddRequest:
-    """``cron="0 2 * * *" [tz=ZONE] [overlap=queue] [threshold=0.5] [deploy_if_better=yes] <train args>``."""
+    """``cron="0 2 * * *" [tz=ZONE] [overlap=queue] [threshold=0.5] [deploy_if_better=yes endpoint=NAME]
+    <train args>``."""
     try:
         tokens = shlex.split(normalize_slack_text(text))
     except ValueError:
@@ -54,12 +59,24 @@ def parse_add_text(text: str) -> AddRequest:
         found[slot] = value.strip()
     if "cron" not in found:
         raise ScheduleError('Give the schedule a cron expression, e.g. cron="0 2 * * *" for 02:00 every night.')
+    deploy = _yes_no(found.get("deploy_if_better", "no"), "deploy_if_better")
+    endpoint = check_endpoint(found["endpoint"]) if found.get("endpoint") else None
+    if deploy and endpoint is None:
+        raise ScheduleError("deploy_if_better=yes needs the endpoint to promote into: add endpoint=NAME "
+                            "(an endpoint /deploy JOB name=NAME made).")
     return AddRequest(
         cron=found["cron"], tz=found.get("tz", DEFAULT_TZ), train_text=shlex.join(rest),
         overlap=check_overlap(found.get("overlap", "skip")),
         regression_points=_threshold(found.get("threshold")),
-        deploy_if_better=_yes_no(found.get("deploy_if_better", "no"), "deploy_if_better"),
+        deploy_if_better=deploy, endpoint=endpoint,
     )
+
+
+def check_endpoint(name: str) -> str:
+    if not ENDPOINT_PATTERN.fullmatch(name):
+        raise ScheduleError(f"endpoint={name!r} cannot be an endpoint's name: use letters, digits and hyphens, "
+                            "at most 63 characters.")
+    return name
 
 
 def check_overlap(value: str) -> str:

@@ -8,8 +8,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from jobs.clock import FakeClock
 from jobs.store.store import Store
+from tests.support.clock import FakeClock
 
 
 @pytest.fixture

@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from jobs.clock import Clock, FakeClock
+from jobs.clock import Clock
 from jobs.errors import NotFound
 from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob, RemoteStatus
+from tests.support.clock import FakeClock
 
 if TYPE_CHECKING:
     from jobs.planning.plan import LaunchPlan

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.backends.local_scaling import LocalLimits, scale_plan
+from jobs.backends.local.scaling import LocalLimits, scale_plan
 from jobs.planning import cadence
 from jobs.planning.grammar import parse_command
 from jobs.planning.plan import build_plan, plan_hyperparameters

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
+from bot.wiring import build_watcher
 from jobs.errors import BackendError, CapacityError
 from jobs.lifecycle import events
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
-from jobs.lifecycle.watcher import Watcher
+from jobs.lineage import AttemptStatus, LineageStatus
 from jobs.records import RemoteStatus
 from jobs.store.schema import lineages
 from jobs.store.store import Store
-from tests.jobs.test_watcher import ALICE, World, make_service, make_world
+from tests.jobs.test_watcher import ALICE, World, make_endings, make_service, make_world
 
 
 def restart_with(world: World, **settings: Any) -> None:
@@ -24,7 +24,8 @@ def restart_with(world: World, **settings: Any) -> None:
     world.settings = world.settings.model_copy(update=settings)
     world.store = Store(world.url, clock=world.clock)
     world.service = make_service(world.store, world.backend, world.clock, world.settings)
-    world.watcher = Watcher(world.store, world.backend, world.clock, world.settings)
+    world.watcher = build_watcher(world.store, world.backend, world.clock, world.settings)
+    world.endings = make_endings(world.store, world.backend, world.clock, world.settings)
 
 
 def lose_capacity(world: World, job: str) -> None:
@@ -109,27 +110,27 @@ def test_an_exception_from_a_first_launch_fails_the_lineage_with_one_sentence(tm
 
 def test_the_per_job_cap_skips_fallbacks_that_would_break_it(tmp_path: Path) -> None:
     world = make_world(tmp_path, backoff=0)
-    restart_with(world, trainbot_max_job_usd=1.20)
     lineage = world.launch("distilbert-spot on_demand_fallback=yes")
+    restart_with(world, trainbot_max_job_usd=0.30)  # lowered under the lineage's worst case once it runs
     world.watcher.poll_once()
-    lose_capacity(world, f"{lineage.id}-1")
+    lose_capacity(world, f"{lineage.id}-1")  # billed $0.04
     world.watcher.poll_once()
-    # p3.8xlarge and p3.16xlarge spot could bill $4.08 and $7.82: skipped; p3.2xlarge on-demand fits.
+    # g6.xlarge and g5.xlarge spot could bill $0.31 and $0.39 more: skipped; g4dn.xlarge ($0.20) fits.
     second = world.store.get_lineage(lineage.id).latest_attempt
-    assert second is not None and (second.instance_type, second.spot) == ("ml.p3.2xlarge", False)
+    assert second is not None and (second.instance_type, second.spot) == ("ml.g4dn.xlarge", True)
 
 
 def test_the_per_job_cap_ends_a_lineage_no_fallback_fits_with_a_sentence_naming_it(tmp_path: Path) -> None:
     world = make_world(tmp_path, backoff=0)
-    restart_with(world, trainbot_max_job_usd=1.20)
     lineage = world.launch("distilbert-spot")
+    restart_with(world, trainbot_max_job_usd=0.10)
     world.watcher.poll_once()
     lose_capacity(world, f"{lineage.id}-1")
     world.watcher.poll_once()
     assert world.store.get_lineage(lineage.id).status is LineageStatus.GAVE_UP
     assert world.backend.created == [f"{lineage.id}-1"]
     reason = world.notes(events.GAVE_UP)[0]["reason"]
-    assert "$1.20 per-job cap (TRAINBOT_MAX_JOB_USD)" in reason
+    assert "$0.10 per-job cap (TRAINBOT_MAX_JOB_USD)" in reason and "(tried ml.p3.2xlarge (spot))" in reason
 
 
 def test_the_daily_budget_counts_every_attempt_and_stops_a_relaunch(tmp_path: Path) -> None:
@@ -137,13 +138,13 @@ def test_the_daily_budget_counts_every_attempt_and_stops_a_relaunch(tmp_path: Pa
     lineage = world.launch("distilbert-spot")  # its attempt counts $1.06 (1000 s on-demand) until it ends
     # The operator lowers the budget under the lineage's worst case once it runs (a launch is checked
     # against every attempt it may make, so this one would be refused now).
-    restart_with(world, trainbot_daily_budget_usd=1.5)
+    restart_with(world, trainbot_daily_budget_usd=0.2)
     ledger = world.service._ledger
     assert ledger.spent_today(world.clock.now()) == pytest.approx(1.0625)
     world.watcher.poll_once()
     lose_capacity(world, f"{lineage.id}-1")  # billed 120 s spot: $0.04
     world.watcher.poll_once()
-    # Attempt 2 on p3.8xlarge could bill $4.08: more than today's budget leaves, and that is the reason.
+    # Attempt 2 could bill $0.20 (g4dn.xlarge) to $0.39 (g5.xlarge): more than today's budget leaves ($0.16).
     assert world.store.get_lineage(lineage.id).status is LineageStatus.GAVE_UP
     assert "TRAINBOT_DAILY_BUDGET_USD" in world.notes(events.GAVE_UP)[0]["reason"]
     assert ALICE.user_id == world.store.get_lineage(lineage.id).launched_by
@@ -164,3 +165,27 @@ def test_a_fault_while_relaunching_ends_the_lineage_announced_and_other_jobs_go_
     assert world.store.get_lineage(other.id).status is LineageStatus.COMPLETED
     assert cycle.errors == []
     assert world.watcher.poll_once().actions == []  # settled for good: nothing retried
+
+
+def test_a_relaunch_on_more_gpus_keeps_the_global_batch_and_each_attempt_records_its_settings(tmp_path: Path) -> None:
+    world = make_world(tmp_path, backoff=0)
+    lineage = world.launch("distilbert-spot instance_type=ml.g5.xlarge")
+    restart_with(world, trainbot_recovery_policy="any-count")  # the operator widens recovery while it runs
+    world.watcher.poll_once()
+    lose_capacity(world, f"{lineage.id}-1")
+    world.watcher.poll_once()
+    lose_capacity(world, f"{lineage.id}-2")
+    world.watcher.poll_once()
+    ran = world.store.get_lineage(lineage.id)
+    assert [(a.instance_type, a.per_device_batch, a.accumulation) for a in ran.attempts] == [
+        ("ml.g5.xlarge", 32, 1), ("ml.g6.xlarge", 32, 1), ("ml.g6.12xlarge", 8, 1)]
+    assert ran.launch_plan is not None and ran.launch_plan["batch"]["global_batch"] == 32  # the approved one
+    third = world.backend.plans[f"{lineage.id}-3"]
+    assert third.estimator["hyperparameters"]["per_device_train_batch_size"] == 8
+    assert third.attempt_batch.global_batch == 32
+    notes = [n["text"] for n in world.notes(events.RELAUNCHED)]
+    assert notes[0].startswith(f"Relaunched as {lineage.id}-2 (attempt 2, ml.g6.xlarge, spot; 1 GPU as planned)")
+    assert notes[1].startswith(f"Relaunched as {lineage.id}-3 (attempt 3, ml.g6.12xlarge, spot; 4 GPUs, "
+                               "per-device batch 8 instead of 32, global batch 32 as planned)")
+    forecast = ran.attempts[2].forecast  # the rest is forecast on the type it runs on now
+    assert forecast is not None and forecast["seconds"] < (ran.attempts[1].forecast or {})["seconds"]

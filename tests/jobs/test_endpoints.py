@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import inspect
 
-from jobs.clock import FakeClock
 from jobs.endpoints.options import DEFAULT_INSTANCE_TYPE, choose_framework, normalize_answer, parse_options
 from jobs.endpoints.port import EndpointStatus, Framework
 from jobs.endpoints.service import EndpointService
@@ -19,12 +18,14 @@ from jobs.errors import (
     PermissionDenied,
     SpecError,
 )
-from jobs.lifecycle.state import LineageStatus
+from jobs.lineage import LineageStatus
 from jobs.planning import versions
 from jobs.planning.pricing import hourly_usd
 from jobs.records import Actor
 from jobs.settings import Settings
-from jobs.store.store import Notification, Store
+from jobs.store.rows import Notification
+from jobs.store.store import Store
+from tests.support.clock import FakeClock
 from tests.support.endpoints import LAUNCHER, FakeEndpoints, completed_lineage
 
 BOB = Actor("U_BOB", channel_id="C_ML", via="slack")
@@ -44,7 +45,7 @@ def service(store: Store, backend: FakeEndpoints, clock: FakeClock) -> EndpointS
 
 
 def outbox(store: Store, kind: str) -> list[Notification]:
-    return [n for n in store.due_notifications(limit=100) if n.kind == kind]
+    return [n for n in store.outbox.due_notifications(limit=100) if n.kind == kind]
 
 
 def live(service: EndpointService, backend: FakeEndpoints, store: Store, lineage: str = "bert-1") -> str:
@@ -359,3 +360,47 @@ def test_endpoint_hours_count_toward_todays_spend(store, backend, clock, service
     clock.advance(3600)
     hourly = service.list()[0].hourly_usd()
     assert hourly and ledger.spent_today(clock.now()) - before == pytest.approx(hourly)
+
+
+# ---------------------------------------------------------------- a deploy and its poller
+
+
+class PolledWhileDeploying(FakeEndpoints):
+    """The SDK takes a moment to create the model, its config and the endpoint: the watcher's poller (another
+    thread) runs in between, before the endpoint exists on the backend."""
+
+    poller: EndpointService | None = None
+
+    def deploy(self, request):  # type: ignore[no-untyped-def]
+        if self.poller is not None:
+            self.poller.poll_once()
+        super().deploy(request)
+
+
+def test_a_poll_during_the_deploy_call_leaves_the_endpoint_coming_up(store, clock):
+    """Reproduces bug 4 of issue 21: `start()` recorded the endpoint CREATING before the SDK had created it;
+    a poll in between got NotFound and marked it "failed to come up" (1 to 2 deploys in 10 on moto with a
+    1 s poll)."""
+    backend = PolledWhileDeploying()
+    service = EndpointService(store=store, backend=backend, settings=Settings(), clock=clock)
+    backend.poller = service
+    completed_lineage(store, "bert-1")
+    name = service.deploy("bert-1", options={}, actor=LAUNCHER).name
+    assert [c[0] for c in backend.calls] == ["describe", "deploy"]  # the poll did look, and found nothing
+    assert service.get(name).status is EndpointStatus.CREATING and outbox(store, "endpoint_failed") == []
+    backend.set_status(name, "InService")
+    assert service.poll_once().ready == [name]
+
+
+def test_a_deploy_that_never_reached_the_backend_fails_after_the_grace(service, backend, store, clock):
+    class Died(BaseException):
+        """The process died between the record and the backend call."""
+
+    completed_lineage(store, "bert-1")
+    backend.deploy_error = Died()  # type: ignore[assignment]
+    with pytest.raises(Died):
+        service.deploy("bert-1", options={}, actor=LAUNCHER)
+    assert service.poll_once().failed == []  # it may still be on its way
+    clock.advance(11 * 60)
+    [name] = service.poll_once().failed
+    assert "never reached the backend" in service.get(name).failure_reason

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from jobs.clock import FakeClock
 from jobs.errors import SpecError
 from jobs.lifecycle.service import JobService
 from jobs.planning.grammar import parse_command
@@ -18,6 +17,7 @@ from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
 from tests.jobs.fakes import ScriptedBackend
+from tests.support.clock import FakeClock
 
 ALICE = Actor("U_ALICE", channel_id="C1", via="console")
 

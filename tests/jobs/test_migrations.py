@@ -14,17 +14,23 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, inspect, text
 
-from jobs.clock import FakeClock, SystemClock
+from jobs import lineage as moves
+from jobs.clock import SystemClock
 from jobs.endpoints.store import EndpointStore
-from jobs.lifecycle import state as st
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
-from jobs.notifications.store import preferences_table, subscriptions_table
-from jobs.recipes.store import recipes_table
-from jobs.schedules.store import schedule_runs, scheduler_lease, schedules_table
+from jobs.lineage import AttemptStatus, LineageStatus
 from jobs.store.migrate import head_revision, newest_on_disk, revisions, schema_drift, upgrade
 from jobs.store.migrations.__main__ import main as new_revision
-from jobs.store.schema import read_transaction
+from jobs.store.schema import (
+    preferences_table,
+    read_transaction,
+    recipes_table,
+    schedule_runs,
+    scheduler_lease,
+    schedules_table,
+    subscriptions_table,
+)
 from jobs.store.store import Store
+from tests.support.clock import FakeClock
 
 LEGACY_DB = Path(__file__).parent / "data" / "store_7cf39cc.db"  # made by data/make_store_7cf39cc.py
 
@@ -82,7 +88,7 @@ def test_a_store_made_by_the_first_release_upgrades_in_place_with_nothing_lost(t
         AttemptStatus.STOPPED, "MaxWaitTimeExceeded", 42, {"loss": 0.5})
     assert (second.number, second.instance_type, second.resumed_from_step) == (2, "ml.p3.8xlarge", 10)
     assert first.created_at == datetime(2026, 3, 1, 12, 0, tzinfo=timezone.utc)
-    assert "spot-0001:relaunched:2" in [n.dedup_key for n in store.due_notifications(limit=100)]
+    assert "spot-0001:relaunched:2" in [n.dedup_key for n in store.outbox.due_notifications(limit=100)]
     assert store.get_meta("watcher.cursor.fake") == "2026-03-01T12:00:00+00:00"
     assert len(store.audit_log(target="spot-0001")) >= 1
     assert store.get_lineage("nightly-0002").schedule == "nightly"
@@ -95,7 +101,7 @@ def test_a_store_made_by_the_first_release_upgrades_in_place_with_nothing_lost(t
         assert conn.execute(text("SELECT count(*) FROM apscheduler_jobs")).scalar_one() == 1
     # The new code writes to it as to a new store.
     assert store.get_lineage("spot-0001").launch_plan is None  # recorded before plans were kept
-    assert store.transition_attempt("spot-0001-2", st.ATTEMPT_CONFIRMED)
+    assert store.transition_attempt("spot-0001-2", moves.ATTEMPT_CONFIRMED)
     assert store.migrate() == []
     store.dispose()
 

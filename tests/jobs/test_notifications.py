@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.clock import FakeClock
 from jobs.errors import BadInput, PermissionDenied
 from jobs.notifications import rules
 from jobs.notifications.rules import Filter, JobFacts, matches, parse_notify
@@ -13,6 +12,7 @@ from jobs.notifications.service import NotificationService
 from jobs.permissions import AccessPolicy
 from jobs.records import Actor
 from jobs.store.store import Store
+from tests.support.clock import FakeClock
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 BOB = Actor("U_BOB", channel_id="C_ML", via="slack")
@@ -98,10 +98,11 @@ def test_subscriptions_route_each_event_only_to_channels_that_asked(store: Store
 
 def test_subscribing_again_with_the_same_filter_replaces_the_events(store: Store, clock: FakeClock) -> None:
     notes = service(store, clock)
-    first, before = notes.subscribe(ALICE, "C_ML", ("failed",), Filter())
-    second, before_second = notes.subscribe(ALICE, "C_ML", ("completed", "launched"), Filter())
-    assert before is None and before_second == ("failed",)
-    assert first.id == second.id and notes.list("C_ML")[0].events == ("completed", "launched")
+    first = notes.subscribe(ALICE, "C_ML", ("failed",), Filter())
+    second = notes.subscribe(ALICE, "C_ML", ("completed", "launched"), Filter())
+    assert first.before is None and second.before == ("failed",)
+    assert first.subscription.id == second.subscription.id
+    assert notes.list("C_ML")[0].events == ("completed", "launched")
     assert [e.action for e in store.audit_log()] == ["notify.on", "notify.on"]
 
 

@@ -20,7 +20,8 @@ from jobs.planning.metrics import (
     definitions_for,
 )
 from jobs.planning.own_code import SPOT_ENTRY, SPOT_RESUME_NOTE, check_allowed, parse_code
-from jobs.planning.plan import build_plan, render_plan_text
+from jobs.planning.plan import build_plan
+from jobs.planning.plan_text import render_plan_text
 from jobs.planning.reader import CommandReader
 from tests.support.git_repos import GitRepo, make_repo
 
@@ -177,7 +178,9 @@ def test_a_spot_job_with_own_code_runs_through_the_spot_entry_and_says_how_to_re
     spec = parse_command(f"distilbert-spot code=git+{ARTICLE_REPO}@v4.28.1 entry={QA_ENTRY}")
     plan = build_plan(spec.model_copy(update={"code_commit": "c" * 40}), bucket="b", lineage_id="l")
     est = plan.estimator
-    assert est["entry_point"] == SPOT_ENTRY and est["environment"] == {"TRAINBOT_USER_ENTRY": "run_qa.py"}
+    # The entry runs the script and adds saves on the clock (the spot default, 10 min) to its Trainer.
+    assert est["entry_point"] == SPOT_ENTRY
+    assert est["environment"] == {"TRAINBOT_USER_ENTRY": "run_qa.py", "TRAINBOT_CHECKPOINT_MINUTES": "10"}
     assert [Path(p).name for p in est["dependencies"]] == [SPOT_ENTRY] and Path(est["dependencies"][0]).is_file()
     assert est["hyperparameters"]["output_dir"] == "/opt/ml/checkpoints"
     assert SPOT_RESUME_NOTE in render_plan_text(plan) and "\n" not in SPOT_RESUME_NOTE

@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from jobs.backends.code_sources import GitCodeSources
-from jobs.clock import FakeClock
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.watcher import Watcher
 from jobs.planning.reader import CommandReader
@@ -19,6 +18,7 @@ from jobs.records import Actor
 from jobs.reporting.reports import build_report
 from jobs.settings import Settings
 from jobs.store.store import Store
+from tests.support.clock import FakeClock
 from tests.support.git_repos import make_repo
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
     CallRecorder,

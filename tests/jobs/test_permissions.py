@@ -117,3 +117,16 @@ def test_a_slack_user_named_like_the_operator_gets_no_operator_powers() -> None:
     policy = AccessPolicy(frozenset({"U_ALICE"}), frozenset(), frozenset({"U_ADMIN"}))
     with pytest.raises(PermissionDenied):
         policy.check_can_use(actor("cli:root", "C_ML", via="slack"))
+
+
+def test_someone_of_another_organization_gets_in_only_by_their_own_id() -> None:
+    """A Slack Connect channel lets another company press the bot's buttons: "everyone" means everyone of
+    the bot's own organization; a group of theirs (resolved in our workspace) never lets them in."""
+    partner = Actor("U0PARTNER", channel_id="C0SHARED", groups=("S_ML",), via="slack", external=True)
+    with pytest.raises(PermissionDenied, match="from another organization"):
+        AccessPolicy().check_can_use(partner)
+    with pytest.raises(PermissionDenied, match="from another organization"):
+        AccessPolicy(allowed_users=frozenset({"S_ML"}), admins=frozenset({"S_ML"})).check_can_use(partner)
+    AccessPolicy(allowed_users=frozenset({"U0PARTNER"})).check_can_use(partner)
+    AccessPolicy(admins=frozenset({"U0PARTNER"})).check_can_use(partner)
+    AccessPolicy().check_can_use(Actor("U_ALICE", channel_id="C0SHARED", via="slack"))

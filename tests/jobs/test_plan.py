@@ -18,9 +18,9 @@ from jobs.planning.plan import (
     build_plan,
     checkpoint_uri,
     parse_metric_line,
-    render_plan_text,
     training_source_dir,
 )
+from jobs.planning.plan_text import render_plan_text
 
 
 def estimator(text: str, **kwargs: Any) -> dict[str, Any]:
@@ -140,7 +140,8 @@ def test_training_source_dir_holds_the_entry_points() -> None:
 
 def test_to_json_is_plain_data() -> None:
     data = build_plan(parse_command("distilbert-spot"), bucket="b", lineage_id="l").to_json()
-    assert set(data) == {"spec", "estimator", "cost", "forecast"}
+    assert set(data) == {"spec", "estimator", "cost", "forecast", "batch", "fallbacks"}
+    assert data["batch"]["global_batch"] == 32 and data["fallbacks"]["order"] == "same-count"
     assert json.loads(json.dumps(data)) == data
     assert all("usd" in key for key, value in data["cost"].items() if isinstance(value, float))
     assert {"seconds", "usd", "basis"} <= set(data["forecast"]) and data["forecast"]["basis"] == "physics"
@@ -151,11 +152,15 @@ def test_to_json_is_plain_data() -> None:
     ("text", "lines"),
     [
         ("bert-squad", ["Distribution: data parallel", "$56.30/hour", "Forecast: about 9 min, about $5.89 (physics",
-                        "worst case $8,107.78: 6 attempts x 24h on 2 x ml.p3.16xlarge at on-demand"]),
+                        "worst case $13,567.68: 6 attempts x 24h on 2 x ml.p4de.24xlarge at on-demand",
+                        "Batch: global batch 64 (per-device 4 x 8 GPUs x 2 instances x accumulation 1)",
+                        "Relaunches (TRAINBOT_RECOVERY_POLICY=same-count): ml.p4d.24xlarge (on-demand), "
+                        "ml.p4de.24xlarge (on-demand), ml.p3dn.24xlarge (on-demand); then from the top again",
+                        "  not used: ml.g5.48xlarge, ml.g6.48xlarge, ml.p5.48xlarge: smdistributed runs only on"]),
         ("bert-squad max_steps=none", ["Forecast: about 28 min, about $24 (physics"]),
         ("roberta-mnli", ["model parallel", "8 processes a host", "partitions 4"]),
-        ("distilbert-spot", ["Spot: yes", "worst case $46.92: 6 attempts x 16m40s on 1 x ml.p3.16xlarge",
-                             "spot savings about 70%"]),
+        ("distilbert-spot", ["Spot: yes", "worst case $6.38: 6 attempts x 16m40s on 1 x ml.p3.2xlarge",
+                             "spot savings about 70%", "ml.g6.xlarge (spot), ml.g5.xlarge (spot), ml.g4dn.xlarge (spot)"]),
     ],
 )
 def test_render_plan_text(text: str, lines: list[str]) -> None:

@@ -8,6 +8,7 @@ from jobs.errors import BudgetExceeded, SpecError
 from jobs.lifecycle.recovery import RecoveryPolicy, candidates
 from jobs.planning.grammar import parse_command
 from jobs.planning.instances import instance_names
+from jobs.planning.plan import build_plan
 from jobs.planning.pricing import (
     attempt_worst_case_usd,
     check_job_budget,
@@ -58,10 +59,14 @@ def test_the_worst_case_is_every_attempt_on_the_dearest_fallback() -> None:
     cost = estimate(parse_command("model=m dataset=squad max_run=4h"))
     assert cost.hourly_usd == pytest.approx(3.825)
     assert cost.attempt_worst_case_usd == pytest.approx(15.3)
-    # 1 + 5 relaunches; a p3.2xlarge job may move to p3.8xlarge and p3.16xlarge.
-    assert (cost.attempts, cost.dearest_type) == (6, "ml.p3.16xlarge")
-    assert cost.worst_case_usd == pytest.approx(6 * 28.152 * 4)
+    # 1 + 5 relaunches; a p3.2xlarge job keeps its one GPU (g6, g5, g4dn .xlarge: all cheaper).
+    assert (cost.attempts, cost.dearest_type) == (6, "ml.p3.2xlarge")
+    assert cost.worst_case_usd == pytest.approx(6 * 3.825 * 4)
     assert cost.capped_by_usd is None
+    # any-count may move it to 8 GPUs: the worst case is every attempt there.
+    spec = parse_command("model=m dataset=squad max_run=4h")
+    wide = build_plan(spec, bucket="b", lineage_id="x", recovery_order="any-count").cost
+    assert wide.dearest_type == "ml.p5.48xlarge" and wide.worst_case_usd == pytest.approx(6 * 113.068 * 4)
 
 
 def test_the_restart_caps_bound_the_attempts() -> None:
@@ -74,13 +79,14 @@ def test_the_restart_caps_bound_the_attempts() -> None:
 
 def test_data_parallel_moves_only_to_types_it_runs_on() -> None:
     cost = estimate(parse_command("bert-squad max_run=28m"))
-    assert cost.dearest_type == "ml.p3.16xlarge"  # no other p3 has 8 GPUs; smddp runs on no smaller one
-    assert cost.worst_case_usd == pytest.approx(6 * 2 * 28.152 * 28 / 60)
+    # 8 GPUs on the types smddp runs on: p3dn, p4d and p4de besides p3.16xlarge (never p5, g5 or g6).
+    assert cost.dearest_type == "ml.p4de.24xlarge"
+    assert cost.worst_case_usd == pytest.approx(6 * 2 * 47.11 * 28 / 60)
 
 
 def test_the_per_job_cap_caps_the_lineage() -> None:
-    cost = estimate(parse_command("distilbert-spot"), max_job_usd=20.0)
-    assert cost.worst_case_usd == 20.0 and cost.capped_by_usd == 20.0
+    cost = estimate(parse_command("distilbert-spot"), max_job_usd=5.0)  # uncapped: 6 x 1000 s at $3.825/h
+    assert cost.worst_case_usd == 5.0 and cost.capped_by_usd == 5.0
     assert estimate(parse_command("distilbert-spot"), max_job_usd=1000.0).capped_by_usd is None
 
 

@@ -7,16 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from jobs.clock import FakeClock
 from jobs.lifecycle.progress import LiveProgress, ProgressTracker, progress_words, read_live
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.watcher import Watcher
+from jobs.lineage import Lineage
 from jobs.planning.pricing import cost_of
 from jobs.records import Actor, Progress
 from jobs.settings import Settings
 from jobs.store.runs import RunHistory
-from jobs.store.store import Lineage, Store
+from jobs.store.store import Store
 from tests.jobs.fakes import ScriptedBackend
+from tests.support.clock import FakeClock
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 

@@ -20,11 +20,11 @@ from jobs.lifecycle.recovery import (
     decide,
     remote_from_attempt,
 )
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.lineage import Attempt, AttemptStatus, Lineage, LineageStatus
+from jobs.planning.batch import BatchSettings
 from jobs.planning.grammar import parse_command
 from jobs.records import RemoteJob, RemoteStatus
 from jobs.settings import Settings
-from jobs.store.store import Attempt, Lineage
 
 NOW = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 POLICY = RecoveryPolicy(backoff_seconds=30, max_restarts=5)
@@ -81,7 +81,9 @@ def test_capacity_loss_relaunches_on_the_next_fallback_after_the_backoff(
 ) -> None:
     decision = decide(lineage(), attempt(), remote(status, secondary, reason), POLICY, NOW)
     assert isinstance(decision, Relaunch)
-    assert (decision.instance_type, decision.spot) == ("ml.p3.8xlarge", True)
+    # The same GPU count first: a 1-GPU L4 (more memory, faster at fp32, cheaper for the work).
+    assert (decision.instance_type, decision.spot) == ("ml.g6.xlarge", True)
+    assert decision.batch == decision.planned == BatchSettings(32, 1, 1, 1)
     assert decision.not_before == NOW + timedelta(seconds=30)
     assert decision.backoff_seconds == 30
 
@@ -102,16 +104,57 @@ def test_backoff_doubles_with_each_relaunch_and_zero_means_at_once() -> None:
     assert isinstance(at_once, Relaunch) and at_once.not_before == NOW
 
 
-def test_every_fallback_type_exhausted_gives_up() -> None:
-    last = attempt(3, instance_type="ml.p3.16xlarge")
-    decision = decide(lineage(restarts=2), last, remote(RemoteStatus.STOPPED, "MaxWaitTimeExceeded"), POLICY, NOW)
+def test_past_the_last_fallback_recovery_starts_again_from_the_top() -> None:
+    last = attempt(4, instance_type="ml.g4dn.xlarge")
+    decision = decide(lineage(restarts=3), last, remote(RemoteStatus.STOPPED, "MaxWaitTimeExceeded"), POLICY, NOW)
+    assert isinstance(decision, Relaunch)
+    assert (decision.instance_type, decision.spot, decision.backoff_seconds) == ("ml.p3.2xlarge", True, 240)
+
+
+def test_an_on_demand_job_that_loses_capacity_once_is_retried_not_given_up() -> None:
+    """Issue 24: bert-squad (2 x ml.p3.16xlarge, on-demand) failing once for capacity gave up at once."""
+    squad = lineage("bert-squad", attempts=(attempt(spot=False, instance_type="ml.p3.16xlarge"),))
+    capacity = remote(RemoteStatus.FAILED, "Failed", "CapacityError: Unable to provision requested ML compute capacity.")
+    moved = decide(squad, squad.attempts[0], capacity, POLICY, NOW)
+    assert isinstance(moved, Relaunch) and (moved.instance_type, moved.spot) == ("ml.p4d.24xlarge", False)
+    same_type = RecoveryPolicy(backoff_seconds=30, order="same-type")
+    again = decide(squad, squad.attempts[0], capacity, same_type, NOW)
+    assert isinstance(again, Relaunch) and (again.instance_type, again.backoff_seconds) == ("ml.p3.16xlarge", 30)
+    later = attempt(3, spot=False, instance_type="ml.p3.16xlarge")
+    assert isinstance(decide(squad, later, capacity, same_type, NOW), Relaunch)  # round and round, backing off
+
+
+def test_the_give_up_names_what_was_tried() -> None:
+    tried_types = ("ml.p3.2xlarge", "ml.g6.xlarge", "ml.g5.xlarge", "ml.g4dn.xlarge", "ml.p3.2xlarge", "ml.g6.xlarge")
+    attempts = tuple(attempt(n, instance_type=name) for n, name in enumerate(tried_types, start=1))
+    ended = lineage(restarts=5, attempts=attempts)
+    decision = decide(ended, attempts[-1], remote(RemoteStatus.STOPPED, "MaxWaitTimeExceeded"), POLICY, NOW)
     assert isinstance(decision, GiveUp)
-    assert "every fallback instance type" in decision.reason
+    assert decision.reason.endswith(
+        "restart cap of 5 relaunches is reached (tried ml.p3.2xlarge (spot) 2 times, ml.g6.xlarge (spot) 2 times, "
+        "ml.g5.xlarge (spot), ml.g4dn.xlarge (spot))"
+    )
+
+
+def test_any_count_moves_on_to_more_gpus_with_the_per_device_batch_divided() -> None:
+    any_count = RecoveryPolicy(backoff_seconds=30, order="any-count")
+    g5 = lineage("distilbert-spot instance_type=ml.g5.xlarge", attempts=(attempt(2, instance_type="ml.g6.xlarge"),))
+    decision = decide(g5, g5.attempts[0], remote(RemoteStatus.STOPPED, "MaxWaitTimeExceeded"), any_count, NOW)
+    assert isinstance(decision, Relaunch) and decision.instance_type == "ml.g6.12xlarge"
+    assert decision.batch == BatchSettings(per_device=8, accumulation=1, accelerators=4, instances=1)
+    assert decision.batch.global_batch == 32
+    same_count = decide(g5, g5.attempts[0], remote(RemoteStatus.STOPPED, "MaxWaitTimeExceeded"), POLICY, NOW)
+    assert isinstance(same_count, Relaunch) and same_count.instance_type == "ml.g5.xlarge"  # from the top
+
+
+def test_the_policy_comes_from_the_settings() -> None:
+    assert RecoveryPolicy.from_settings(Settings()).order == "same-count"
+    assert RecoveryPolicy.from_settings(Settings(trainbot_recovery_policy="any-count")).order == "any-count"
 
 
 def test_on_demand_is_the_last_resort_only_when_the_spec_allows_it() -> None:
     allowed = lineage("distilbert-spot on_demand_fallback=yes", restarts=2)
-    last_spot = attempt(3, instance_type="ml.p3.16xlarge")
+    last_spot = attempt(3, instance_type="ml.g4dn.xlarge")
     decision = decide(allowed, last_spot, remote(RemoteStatus.STOPPED, "MaxWaitTimeExceeded"), POLICY, NOW)
     assert isinstance(decision, Relaunch)
     assert (decision.instance_type, decision.spot) == ("ml.p3.2xlarge", False)
@@ -121,9 +164,10 @@ def test_on_demand_is_the_last_resort_only_when_the_spec_allows_it() -> None:
 
 def test_restart_cap_gives_up_before_the_fallbacks_run_out() -> None:
     capped = lineage("distilbert-spot max_restarts=1", restarts=1)
-    second = attempt(2, instance_type="ml.p3.8xlarge")
+    second = attempt(2, instance_type="ml.g6.xlarge")
     decision = decide(capped, second, remote(RemoteStatus.FAILED, "Failed", "CapacityError"), POLICY, NOW)
     assert isinstance(decision, GiveUp) and "restart cap of 1" in decision.reason
+    assert "(tried ml.p3.2xlarge (spot))" in decision.reason  # the lineage's attempts as recorded
 
 
 def test_the_operator_cap_bounds_the_spec() -> None:
@@ -174,7 +218,9 @@ def test_completed_gives_the_final_report() -> None:
 def test_a_lost_launch_is_redone_at_once_on_the_same_type() -> None:
     lost = attempt(status=AttemptStatus.LAUNCH_FAILED, remote_status="", secondary_status=LAUNCH_LOST)
     decision = decide(lineage(), lost, remote_from_attempt(lost), POLICY, NOW)
-    assert decision == Relaunch("ml.p3.2xlarge", True, NOW, 0.0, "the launch never reached the backend")
+    planned = BatchSettings(32, 1, 1, 1)
+    assert decision == Relaunch("ml.p3.2xlarge", True, NOW, 0.0, "the launch never reached the backend",
+                                batch=planned, planned=planned)
 
 
 def test_remote_from_attempt_round_trips_the_mirrored_view() -> None:

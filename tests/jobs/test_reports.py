@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 
 from jobs.lifecycle import events
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.lineage import Attempt, AttemptStatus, Lineage, LineageStatus
 from jobs.planning import pricing
 from jobs.planning.grammar import parse_command
 from jobs.records import MetricPoint
 from jobs.reporting.plots import plot_lineage, plot_series
 from jobs.reporting.reports import build_report, spot_savings
-from jobs.store.store import Attempt, Lineage
 from tests.jobs.fakes import ScriptedBackend
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -92,6 +91,26 @@ def test_a_running_lineage_gets_a_partial_report() -> None:
     assert "(so far)" in report.to_text()
 
 
+def test_a_local_run_says_why_it_ended_where_its_checkpoints_are_and_what_sagemaker_would_bill() -> None:
+    class LocalLinks(ScriptedBackend):
+        def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
+            return {"log": f"/home/local-jobs/{job_name}/logs/train.log", "checkpoints": "/home/checkpoints/qa-1"}
+
+    failed = replace(two_attempts(), backend="local", status=LineageStatus.GAVE_UP)
+    report = build_report(failed, LocalLinks(), reason="no spot capacity, and the restart cap of 1 is reached")
+    lines = report.to_text().splitlines()
+    assert lines[:2] == ["Job qa-1: gave_up", "  ended: no spot capacity, and the restart cap of 1 is reached"]
+    assert "  checkpoints /home/checkpoints/qa-1" in lines
+    assert not any(line.startswith("  checkpoints:") for line in lines)  # said once, as the real folder
+    [cost] = [line for line in lines if line.startswith("  cost $")]
+    assert cost.endswith(", what SageMaker would bill for this run (a local run is free)")
+    data = report.to_json()
+    assert data["reason"].startswith("no spot capacity") and data["checkpoints"] == "/home/checkpoints/qa-1"
+    assert data["checkpoint_uri"] == "s3://bkt/qa-1/checkpoints" and data["backend"] == "local"
+    assert "on SageMaker (free here)" in events.completed("qa-1", "qa-1-2", data, None)["text"]
+    assert "on SageMaker" not in build_report(two_attempts(), ScriptedBackend()).to_text()
+
+
 def test_savings_need_spot_and_training_time() -> None:
     on_demand = attempt(1, spot=False, billable_seconds=100, training_seconds=100)
     assert spot_savings((on_demand,)) is None
@@ -131,6 +150,7 @@ def test_event_payloads_are_json_with_a_sentence() -> None:
         events.gave_up("l", "l-3", "no capacity", 3),
         events.completed("l", "l-2", {"cost_usd": 1.5, "spot_savings": "70%"}, None),
         events.stopped("l", "l-1"),
+        events.curves("l", "l-2", "/tmp/l.png"),
     ]
     assert [p["kind"] for p in payloads] == list(events.KINDS)
     for payload in payloads:

@@ -11,18 +11,18 @@ from typing import Any
 import pytest
 
 from bot.scheduler import ApsCronCalendar
+from jobs import lineage as moves
 from jobs.backends.code_sources import GitCodeSources
-from jobs.clock import FakeClock
 from jobs.errors import InvalidState, NotFound, PermissionDenied, ScheduleError, SpecError
-from jobs.lifecycle import state as st
 from jobs.lifecycle.service import JobService
-from jobs.lifecycle.state import LineageStatus
+from jobs.lineage import Lineage, LineageStatus
 from jobs.planning.reader import CommandReader
 from jobs.records import Actor
 from jobs.schedules.service import ScheduleService, parse_add_text
 from jobs.settings import Settings
-from jobs.store.store import Lineage, Store
+from jobs.store.store import Store
 from tests.jobs.fakes import ScriptedBackend
+from tests.support.clock import FakeClock
 from tests.support.git_repos import make_repo
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
@@ -66,8 +66,8 @@ def finish(world: World, lineage: Lineage, metrics: dict[str, float],
            status: LineageStatus = LineageStatus.COMPLETED) -> Lineage:
     """What the watcher does when the backend says Completed."""
     attempt = lineage.attempts[-1]
-    world.store.transition_attempt(attempt.job_name, st.ATTEMPT_COMPLETED, metrics=metrics)
-    move = {LineageStatus.COMPLETED: st.COMPLETE, LineageStatus.FAILED: st.FAIL}[status]
+    world.store.transition_attempt(attempt.job_name, moves.ATTEMPT_COMPLETED, metrics=metrics)
+    move = {LineageStatus.COMPLETED: moves.COMPLETE, LineageStatus.FAILED: moves.FAIL}[status]
     assert world.store.transition_lineage(lineage.id, move)
     return world.store.get_lineage(lineage.id)
 
@@ -117,10 +117,19 @@ def test_bad_or_taken_names_are_refused(world: World) -> None:
 
 def test_unquoted_cron_fields_and_slack_curly_quotes_are_read() -> None:
     assert parse_add_text(f"cron=0 2 * * 1-5 {TRAIN} spot=yes").cron == "0 2 * * 1-5"
-    request = parse_add_text(f"cron=\u201c30 1 * * *\u201d tz=UTC overlap=queue threshold=0.5 deploy_if_better=yes {TRAIN}")
-    assert (request.cron, request.overlap, request.regression_points, request.deploy_if_better) == (
-        "30 1 * * *", "queue", 0.5, True)
+    request = parse_add_text(f"cron=\u201c30 1 * * *\u201d tz=UTC overlap=queue threshold=0.5 deploy_if_better=yes "
+                             f"endpoint=prod-sentiment {TRAIN}")
+    assert (request.cron, request.overlap, request.regression_points, request.deploy_if_better, request.endpoint) == (
+        "30 1 * * *", "queue", 0.5, True, "prod-sentiment")
     assert request.train_text == TRAIN
+
+
+def test_deploy_if_better_names_the_endpoint_it_promotes_into() -> None:
+    with pytest.raises(ScheduleError, match="deploy_if_better=yes needs the endpoint to promote into"):
+        parse_add_text(f"cron='0 2 * * *' deploy_if_better=yes {TRAIN}")
+    with pytest.raises(ScheduleError, match="endpoint='prod_1' cannot be an endpoint's name"):
+        parse_add_text(f"cron='0 2 * * *' endpoint=prod_1 {TRAIN}")
+    assert parse_add_text(f"cron='0 2 * * *' endpoint=prod {TRAIN}").endpoint == "prod"  # a Promote button only
 
 
 # -- pause, resume, remove -------------------------------------------------------------------------------
@@ -158,7 +167,7 @@ def test_fire_launches_an_ordinary_lineage_for_the_schedule_once_per_slot(world:
     # The same slot again (a second process, or a retry) launches nothing.
     assert world.schedules.fire("nightly", NIGHTLY).outcome == "duplicate"
     assert len(world.backend.created) == 1
-    note = world.store.due_notifications()[0]
+    note = world.store.outbox.due_notifications()[0]
     assert note.kind == "schedule" and note.channel == "C_ML" and "revision v7" in note.payload["text"]
     assert world.schedules.get("nightly").last_result.startswith(f"running ({lineage.id})")
 
@@ -169,7 +178,7 @@ def test_a_run_due_while_the_previous_is_active_is_skipped_with_a_note(world: Wo
     second = world.schedules.fire("nightly", NIGHTLY + timedelta(days=1))
     assert second.outcome == "skipped" and first.lineage is not None and first.lineage.id in second.note
     assert len(world.backend.created) == 1
-    texts = [n.payload["text"] for n in world.store.due_notifications()]
+    texts = [n.payload["text"] for n in world.store.outbox.due_notifications()]
     assert any("skipped" in t and "still running" in t for t in texts)
     assert world.schedules.get("nightly").last_result.startswith("skipped: the previous run")
 
@@ -249,7 +258,7 @@ def _nightly_run(world: World, day: int, metrics: dict[str, float], *, status: L
 
 
 def test_regression_is_flagged_beyond_the_threshold_against_the_previous_success(world: World) -> None:
-    world.schedules.add_from_text("nightly", f'cron="0 2 * * *" threshold=1 deploy_if_better=yes {TRAIN}',
+    world.schedules.add_from_text("nightly", f'cron="0 2 * * *" threshold=1 deploy_if_better=yes endpoint=prod {TRAIN}',
                                   actor=ALICE, channel="C_ML")
     first = _nightly_run(world, 0, {"eval_exact_match": 80.0, "eval_f1": 88.0, "eval_loss": 1.2})
     assert world.schedules.compare_with_previous(first) is None  # nothing to compare with yet

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from jobs.clock import FakeClock
 from jobs.errors import (
     BackendUnavailable,
     BudgetExceeded,
@@ -21,18 +20,19 @@ from jobs.errors import (
     TrainbotError,
 )
 from jobs.lifecycle.service import JobService, default_lineage_id
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.lineage import AttemptStatus, LineageStatus
 from jobs.planning.grammar import parse_command
 from jobs.planning.plan import LINEAGE_PLACEHOLDER
 from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
 from tests.jobs.fakes import ScriptedBackend
+from tests.support.clock import FakeClock
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 BOB = Actor("U_BOB", channel_id="C_ML", via="slack")
 ADMIN = Actor("U_ADMIN", channel_id="C_OTHER", via="slack")
-SPOT = "distilbert-spot"  # worst case $46.92: 6 attempts x 1000 s on the dearest fallback, ml.p3.16xlarge
+SPOT = "distilbert-spot"  # worst case $6.38: 6 attempts x 1000 s on the dearest fallback, its own ml.p3.2xlarge
 
 
 @pytest.fixture
@@ -232,9 +232,9 @@ def test_the_per_job_budget_refuses_and_audits(
 
 
 def test_the_daily_budget_counts_today_only(store: Store, backend: ScriptedBackend, clock: FakeClock) -> None:
-    # A launch is checked at its lineage's worst case ($46.92); a running attempt counts at its own
-    # ($1.06: 1000 s of ml.p3.2xlarge on-demand), so the second one passes $47.50.
-    service = make_service(store, backend, clock, trainbot_daily_budget_usd=47.5)
+    # A launch is checked at its lineage's worst case ($6.38); a running attempt counts at its own
+    # ($1.06: 1000 s of ml.p3.2xlarge on-demand), so the second one passes $7.00.
+    service = make_service(store, backend, clock, trainbot_daily_budget_usd=7.0)
     backend.fail_launch(
         BackendUnavailable("SageMaker could not be reached: check AWS_ENDPOINT_URL and the network.")
     )
@@ -243,8 +243,8 @@ def test_the_daily_budget_counts_today_only(store: Store, backend: ScriptedBacke
     service.launch(SPOT, actor=ALICE)
     with pytest.raises(BudgetExceeded, match="TRAINBOT_DAILY_BUDGET_USD") as refused:
         service.launch(SPOT, actor=BOB)
-    assert ("$1.06" in refused.value.message and "$46.92" in refused.value.message
-            and "$47.50" in refused.value.message)
+    assert ("$1.06" in refused.value.message and "$6.38" in refused.value.message
+            and "$7.00" in refused.value.message)
     assert len(backend.created) == 1
     clock.advance(15 * 3600)  # 00:00 UTC the next day
     assert service.launch(SPOT, actor=BOB).status is LineageStatus.RUNNING

@@ -11,7 +11,7 @@ import pytest
 
 from jobs.errors import BadInput, SpecError
 from jobs.planning import versions
-from jobs.planning.instances import fallback_types, instance_info, instance_names
+from jobs.planning.instances import instance_info, instance_names
 from jobs.planning.spec import JobSpec, dataset_hyperparameters, spec_from_fields
 
 CONTRACT_FIELDS = [
@@ -245,15 +245,3 @@ class TestInstances:
     def test_unknown_suggests_the_nearest(self) -> None:
         with pytest.raises(SpecError, match="did you mean ml.g5.2xlarge"):
             instance_info("ml.g5.2xlarg")
-
-    def test_fallback_types(self) -> None:
-        assert fallback_types("ml.p3.2xlarge") == ["ml.p3.8xlarge", "ml.p3.16xlarge"]
-        assert fallback_types("ml.p3.16xlarge") == []
-        assert fallback_types("ml.g5.xlarge")[:4] == ["ml.g5.2xlarge", "ml.g5.4xlarge", "ml.g5.8xlarge", "ml.g5.16xlarge"]
-        assert fallback_types("ml.g5.12xlarge") == ["ml.g5.24xlarge", "ml.g5.48xlarge"]
-        assert fallback_types("ml.g5.xlarge", allowed=("ml.g5.48xlarge",)) == ["ml.g5.48xlarge"]
-        for name in instance_names():
-            base = instance_info(name)
-            for other in map(instance_info, fallback_types(name)):
-                assert (other.family, other.gpu_memory_gb) == (base.family, base.gpu_memory_gb)
-                assert other.gpus >= base.gpus and other.name != name

@@ -7,13 +7,13 @@ import itertools
 
 import pytest
 
-from jobs.clock import FakeClock
-from jobs.lifecycle import state as st
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs import lineage as moves
+from jobs.lineage import AttemptStatus, LineageStatus
 from jobs.planning.grammar import parse_command
 from jobs.records import Actor
 from jobs.store.schema import attempts, lineages
 from jobs.store.store import Store
+from tests.support.clock import FakeClock
 
 L, A = LineageStatus, AttemptStatus
 #: Written out by hand, independently of the moves, so a new edge has to be added twice: here and there.
@@ -33,10 +33,10 @@ EXPECTED_ATTEMPT_EDGES = {
 
 
 def test_the_tables_are_exactly_the_expected_edges() -> None:
-    assert st.LINEAGE_EDGES == EXPECTED_LINEAGE_EDGES
-    assert st.ATTEMPT_EDGES == EXPECTED_ATTEMPT_EDGES
-    assert not any(source.is_terminal() for source, _ in st.LINEAGE_EDGES)
-    assert not any(source.is_terminal() for source, _ in st.ATTEMPT_EDGES)
+    assert moves.LINEAGE_EDGES == EXPECTED_LINEAGE_EDGES
+    assert moves.ATTEMPT_EDGES == EXPECTED_ATTEMPT_EDGES
+    assert not any(source.is_terminal() for source, _ in moves.LINEAGE_EDGES)
+    assert not any(source.is_terminal() for source, _ in moves.ATTEMPT_EDGES)
 
 
 def _new(store: Store, status_l: LineageStatus, status_a: AttemptStatus) -> str:
@@ -52,7 +52,7 @@ def _new(store: Store, status_l: LineageStatus, status_a: AttemptStatus) -> str:
 
 @pytest.mark.parametrize("source", list(LineageStatus))
 def test_every_lineage_move_from_every_status(store: Store, clock: FakeClock, source: LineageStatus) -> None:
-    for move in st.LINEAGE_MOVES:
+    for move in moves.LINEAGE_MOVES:
         lid = _new(store, source, A.RUNNING)
         moved = store.transition_lineage(lid, move)
         assert moved == (source in move.sources), (move.name, source)
@@ -63,7 +63,7 @@ def test_every_lineage_move_from_every_status(store: Store, clock: FakeClock, so
 
 @pytest.mark.parametrize("source", list(AttemptStatus))
 def test_every_attempt_move_from_every_status(store: Store, clock: FakeClock, source: AttemptStatus) -> None:
-    for move in st.ATTEMPT_MOVES:
+    for move in moves.ATTEMPT_MOVES:
         lid = _new(store, L.RUNNING, source)
         moved = store.transition_attempt(f"{lid}-1", move)
         assert moved == (source in move.sources), (move.name, source)
@@ -76,4 +76,4 @@ def test_a_move_outside_the_table_is_refused_by_the_store(store: Store) -> None:
         if (source, target) in EXPECTED_LINEAGE_EDGES:
             continue
         with pytest.raises(ValueError, match="not one of the lifecycle's moves"):
-            store.transition_lineage(lid, st.Move("ad hoc", (source,), target))
+            store.transition_lineage(lid, moves.Move("ad hoc", (source,), target))

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from sqlalchemy import inspect
 
-from jobs.clock import FakeClock
+from jobs import lineage as moves
 from jobs.errors import NotFound
-from jobs.lifecycle import state as st
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.lineage import AttemptStatus, LineageStatus
 from jobs.planning.presets import preset_fields
 from jobs.planning.spec import JobSpec, spec_from_fields
 from jobs.records import Actor
 from jobs.store.migrate import head_revision, revisions, upgrade
 from jobs.store.store import DuplicateLineage, Store
+from tests.support.clock import FakeClock
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 
@@ -129,12 +129,12 @@ def test_guarded_transitions_only_move_from_expected(store: Store, clock: FakeCl
     lid = new_lineage(store)
     job = store.add_attempt(lid, number=1, instance_type="ml.p3.2xlarge", spot=True)
     assert job is not None
-    assert store.transition_lineage(lid, st.CONFIRM_LAUNCH)
-    assert not store.transition_lineage(lid, st.CONFIRM_LAUNCH)  # no longer PENDING
+    assert store.transition_lineage(lid, moves.CONFIRM_LAUNCH)
+    assert not store.transition_lineage(lid, moves.CONFIRM_LAUNCH)  # no longer PENDING
     clock.advance(60)
     assert store.transition_lineage(
         lid,
-        st.SCHEDULE_RELAUNCH,
+        moves.SCHEDULE_RELAUNCH,
         restarts=1,
         next_relaunch_at=clock.now(),
         next_instance_type="ml.g5.xlarge",
@@ -149,22 +149,22 @@ def test_guarded_transitions_only_move_from_expected(store: Store, clock: FakeCl
     )
     assert lineage.updated_at == clock.now()
 
-    assert store.transition_attempt(job.job_name, st.ATTEMPT_CONFIRMED)
-    assert not store.transition_attempt(job.job_name, st.ATTEMPT_CONFIRMED)
+    assert store.transition_attempt(job.job_name, moves.ATTEMPT_CONFIRMED)
+    assert not store.transition_attempt(job.job_name, moves.ATTEMPT_CONFIRMED)
     assert store.get_attempt(job.job_name).ended_at is None
     clock.advance(30)
     assert store.transition_attempt(
         job.job_name,
-        st.ATTEMPT_FAILED,
+        moves.ATTEMPT_FAILED,
         failure_reason="CapacityError: no spot capacity",
     )
     ended = store.get_attempt(job.job_name)
     assert ended.status is AttemptStatus.FAILED and ended.ended_at == clock.now()
     assert ended.failure_reason == "CapacityError: no spot capacity"
     with pytest.raises(TypeError):
-        store.transition_lineage(lid, st.FINISH_RELAUNCH, status="x")
+        store.transition_lineage(lid, moves.FINISH_RELAUNCH, status="x")
     with pytest.raises(TypeError):
-        store.transition_attempt(job.job_name, st.ATTEMPT_FAILED, colour="red")
+        store.transition_attempt(job.job_name, moves.ATTEMPT_FAILED, colour="red")
 
 
 def test_update_attempt_mirrors_remote_fields_without_status(store: Store) -> None:
@@ -199,9 +199,9 @@ def test_active_attempts_and_lists(store: Store, clock: FakeClock) -> None:
         lid = new_lineage(store, f"job-{i}", schedule="nightly" if i == 1 else None)
         store.add_attempt(lid, number=1, instance_type="ml.p3.2xlarge", spot=True)
         clock.advance(1)
-    store.transition_attempt("job-0-1", st.ATTEMPT_NOT_LAUNCHED)
-    store.transition_lineage("job-0", st.FAIL)
-    store.transition_attempt("job-1-1", st.ATTEMPT_CONFIRMED)
+    store.transition_attempt("job-0-1", moves.ATTEMPT_NOT_LAUNCHED)
+    store.transition_lineage("job-0", moves.FAIL)
+    store.transition_attempt("job-1-1", moves.ATTEMPT_CONFIRMED)
     assert [a.job_name for a in store.active_attempts()] == ["job-1-1", "job-2-1"]
     assert [lin.id for lin in store.list_lineages()] == ["job-2", "job-1", "job-0"]
     assert [lin.id for lin in store.list_lineages(active_only=True)] == ["job-2", "job-1"]
@@ -247,30 +247,30 @@ def test_audit_log_newest_first_and_by_target(store: Store, clock: FakeClock) ->
 
 
 def test_outbox_dedups_defers_and_delivers(store: Store, clock: FakeClock) -> None:
-    assert store.enqueue(
+    assert store.outbox.enqueue(
         kind="state",
         payload={"text": "running"},
         dedup_key="job-a:1:running",
         lineage_id="job-a",
         channel="C_ML",
     )
-    assert not store.enqueue(kind="state", payload={"text": "again"}, dedup_key="job-a:1:running")
-    assert store.enqueue(kind="completed", payload={"n": 1}, dedup_key="job-a:completed")
-    due = store.due_notifications()
+    assert not store.outbox.enqueue(kind="state", payload={"text": "again"}, dedup_key="job-a:1:running")
+    assert store.outbox.enqueue(kind="completed", payload={"n": 1}, dedup_key="job-a:completed")
+    due = store.outbox.due_notifications()
     assert [n.dedup_key for n in due] == ["job-a:1:running", "job-a:completed"]
     assert due[0].payload == {"text": "running"} and due[0].channel == "C_ML" and due[0].attempts == 0
 
-    store.defer(due[0].id, until=clock.now() + timedelta(seconds=30), error="ratelimited")
-    assert [n.dedup_key for n in store.due_notifications()] == ["job-a:completed"]
-    store.mark_delivered(due[1].id)
-    assert store.due_notifications() == []
+    store.outbox.defer(due[0].id, until=clock.now() + timedelta(seconds=30), error="ratelimited")
+    assert [n.dedup_key for n in store.outbox.due_notifications()] == ["job-a:completed"]
+    store.outbox.mark_delivered(due[1].id)
+    assert store.outbox.due_notifications() == []
     clock.advance(30)
-    again = store.due_notifications(limit=5)
+    again = store.outbox.due_notifications(limit=5)
     assert [(n.dedup_key, n.attempts) for n in again] == [("job-a:1:running", 1)]
-    store.mark_delivered(again[0].id)
-    assert store.due_notifications() == []
+    store.outbox.mark_delivered(again[0].id)
+    assert store.outbox.due_notifications() == []
     # Delivered stays delivered: the same event cannot be queued a second time.
-    assert not store.enqueue(kind="completed", payload={}, dedup_key="job-a:completed")
+    assert not store.outbox.enqueue(kind="completed", payload={}, dedup_key="job-a:completed")
 
 
 def test_two_processes_delivering_from_one_store_never_both_get_a_message(
@@ -278,14 +278,14 @@ def test_two_processes_delivering_from_one_store_never_both_get_a_message(
 ) -> None:
     first, second = Store(database_url, clock=clock), Store(database_url, clock=clock)
     first.migrate()
-    first.enqueue(kind="state", payload={"text": "running"}, dedup_key="job-a:1:running")
-    assert [n.dedup_key for n in first.due_notifications(claim_seconds=300)] == ["job-a:1:running"]
-    assert second.due_notifications(claim_seconds=300) == []  # claimed by the first
+    first.outbox.enqueue(kind="state", payload={"text": "running"}, dedup_key="job-a:1:running")
+    assert [n.dedup_key for n in first.outbox.due_notifications(claim_seconds=300)] == ["job-a:1:running"]
+    assert second.outbox.due_notifications(claim_seconds=300) == []  # claimed by the first
     clock.advance(301)  # the first died without delivering: its claim runs out, nothing is dropped
-    (retaken,) = second.due_notifications(claim_seconds=300)
-    second.mark_delivered(retaken.id)
+    (retaken,) = second.outbox.due_notifications(claim_seconds=300)
+    second.outbox.mark_delivered(retaken.id)
     clock.advance(301)
-    assert first.due_notifications(claim_seconds=300) == []
+    assert first.outbox.due_notifications(claim_seconds=300) == []
 
 
 def test_meta_get_and_set(store: Store) -> None:

@@ -13,13 +13,14 @@ import threading
 from datetime import datetime, timezone
 from typing import Any
 
-from jobs.clock import FakeClock, SystemClock
-from jobs.lifecycle import state as st
-from jobs.lifecycle.state import LineageStatus
+from jobs import lineage as moves
+from jobs.clock import SystemClock
+from jobs.lineage import LineageStatus
 from jobs.planning.presets import preset_fields
 from jobs.planning.spec import spec_from_fields
 from jobs.records import Actor
 from jobs.store.store import Store
+from tests.support.clock import FakeClock
 
 ROUNDS_THREADS = 60
 ROUNDS_PROCESSES = 40
@@ -40,9 +41,9 @@ def _prepare(url: str, rounds: int) -> None:
             actor=ACTOR,
             estimated_usd=1.0,
         )
-        store.transition_lineage(lid, st.CONFIRM_LAUNCH)
+        store.transition_lineage(lid, moves.CONFIRM_LAUNCH)
         store.add_attempt(lid, number=1, instance_type="ml.p3.2xlarge", spot=True)
-        store.transition_attempt(f"{lid}-1", st.ATTEMPT_CONFIRMED)
+        store.transition_attempt(f"{lid}-1", moves.ATTEMPT_CONFIRMED)
     store.dispose()
 
 
@@ -53,9 +54,9 @@ def _race(url: str, rounds: int, barrier: Any) -> list[tuple[bool, bool, bool]]:
     for i in range(rounds):
         lid = f"race-{i}"
         barrier.wait()
-        moved = store.transition_lineage(lid, st.SCHEDULE_RELAUNCH)
+        moved = store.transition_lineage(lid, moves.SCHEDULE_RELAUNCH)
         added = store.add_attempt(lid, number=2, instance_type="ml.g5.xlarge", spot=False) is not None
-        ended = store.transition_attempt(f"{lid}-1", st.ATTEMPT_FAILED)
+        ended = store.transition_attempt(f"{lid}-1", moves.ATTEMPT_FAILED)
         results.append((moved, added, ended))
     store.dispose()
     return results

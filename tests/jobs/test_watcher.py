@@ -14,19 +14,22 @@ from typing import Any
 
 import pytest
 
-from jobs.clock import FakeClock
+from bot.wiring import build_watcher, ending_steps
+from jobs import lineage as moves
+from jobs.endings.stage import EndingStage
 from jobs.errors import BackendError, BackendUnavailable, CapacityError, InvalidState
 from jobs.lifecycle import events
-from jobs.lifecycle import state as st
 from jobs.lifecycle.service import JobService
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.lifecycle.watcher import Watcher, cursor_key
+from jobs.lineage import AttemptStatus, Lineage, LineageStatus
 from jobs.planning import pricing
 from jobs.planning.grammar import parse_command
 from jobs.records import Actor, MetricPoint, RemoteStatus
 from jobs.settings import Settings
-from jobs.store.store import Lineage, Store
+from jobs.store.outbox import Outbox
+from jobs.store.store import Store
 from tests.jobs.fakes import ScriptedBackend
+from tests.support.clock import FakeClock
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 CAPACITY = "CapacityError: Unable to provision requested ML compute capacity. Please retry using a different ML instance type."
@@ -44,6 +47,7 @@ class CrashingStore(Store):
         super().__init__(url, clock=clock)
         self.method, self.when, self.match = method, when, match
         self.fired = False
+        self.outbox = _CrashingOutbox(self, self.outbox)  # type: ignore[assignment]
 
     def _around(self, name: str, call: Callable[[], Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         hit = not self.fired and name == self.method and self.match(args, kwargs)
@@ -68,8 +72,19 @@ class CrashingStore(Store):
         return self._around("add_attempt", lambda: super(CrashingStore, self).add_attempt(*args, **kwargs),
                             args, kwargs)
 
+
+
+class _CrashingOutbox:
+    """The store's outbox, dying around `enqueue` when its store says so."""
+
+    def __init__(self, store: CrashingStore, outbox: Outbox) -> None:
+        self._store, self._outbox = store, outbox
+
     def enqueue(self, **kwargs: Any) -> bool:
-        return bool(self._around("enqueue", lambda: super(CrashingStore, self).enqueue(**kwargs), (), kwargs))
+        return bool(self._store._around("enqueue", lambda: self._outbox.enqueue(**kwargs), (), kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._outbox, name)
 
 
 @dataclass
@@ -81,6 +96,7 @@ class World:
     watcher: Watcher
     settings: Settings
     url: str
+    endings: EndingStage
 
     def launch(self, text: str = "distilbert-spot") -> Lineage:
         return self.service.launch(text, actor=ALICE)
@@ -93,17 +109,25 @@ class World:
         self.backend.set_remote(job, status, last_modified=self.clock.now(), **fields)
 
     def kinds(self) -> list[str]:
-        return [n.kind for n in self.store.due_notifications(limit=1000)]
+        """What the outbox holds once the steps after each ending (the announcement among them) have run."""
+        self.endings.process_due(limit=1000)
+        return [n.kind for n in self.store.outbox.due_notifications(limit=1000)]
 
     def notes(self, kind: str) -> list[dict[str, Any]]:
-        return [n.payload for n in self.store.due_notifications(limit=1000) if n.kind == kind]
+        self.endings.process_due(limit=1000)
+        return [n.payload for n in self.store.outbox.due_notifications(limit=1000) if n.kind == kind]
 
     def restart(self, store: Store | None = None) -> Watcher:
-        """A new process: a new store connection, service and watcher on the same database."""
+        """A new process: a new store connection, service, watcher and ending stage on the same database."""
         self.store = store or Store(self.url, clock=self.clock)
         self.service = make_service(self.store, self.backend, self.clock, self.settings)
-        self.watcher = Watcher(self.store, self.backend, self.clock, self.settings)
+        self.watcher = build_watcher(self.store, self.backend, self.clock, self.settings)
+        self.endings = make_endings(self.store, self.backend, self.clock, self.settings)
         return self.watcher
+
+
+def make_endings(store: Store, backend: ScriptedBackend, clock: FakeClock, settings: Settings) -> EndingStage:
+    return EndingStage(store, clock, ending_steps(store, backend, clock, settings))
 
 
 def make_service(store: Store, backend: ScriptedBackend, clock: FakeClock, settings: Settings) -> JobService:
@@ -134,8 +158,8 @@ def make_world(tmp_path: Path, *, backoff: float = 30, store_factory: Callable[.
     backend = FlakyBackend(clock=clock)
     settings = Settings(trainbot_bucket="bkt", trainbot_home=tmp_path, trainbot_relaunch_backoff_seconds=backoff)
     service = make_service(store, backend, clock, settings)
-    watcher = Watcher(store, backend, clock, settings)
-    return World(clock, store, backend, service, watcher, settings, url)
+    watcher = build_watcher(store, backend, clock, settings)
+    return World(clock, store, backend, service, watcher, settings, url, make_endings(store, backend, clock, settings))
 
 
 @pytest.fixture
@@ -201,7 +225,7 @@ def test_max_wait_exceeded_relaunches_after_the_backoff_from_the_same_checkpoint
     world.watcher.poll_once()
     waiting = world.store.get_lineage(lineage.id)
     assert waiting.status is LineageStatus.RELAUNCHING
-    assert (waiting.next_instance_type, waiting.next_spot) == ("ml.p3.8xlarge", True)
+    assert (waiting.next_instance_type, waiting.next_spot) == ("ml.g6.xlarge", True)
     assert world.store.get_attempt(job).status is AttemptStatus.STOPPED
     world.clock.advance(28)
     world.watcher.poll_once()
@@ -210,43 +234,48 @@ def test_max_wait_exceeded_relaunches_after_the_backoff_from_the_same_checkpoint
     cycle = world.watcher.poll_once()
     assert world.backend.created == [job, f"{lineage.id}-2"]
     plan = world.backend.plans[f"{lineage.id}-2"]
-    assert plan.spec.instance_type == "ml.p3.8xlarge" and plan.spec.spot
+    assert plan.spec.instance_type == "ml.g6.xlarge" and plan.spec.spot
     assert plan.estimator["checkpoint_s3_uri"] == world.backend.plans[job].estimator["checkpoint_s3_uri"]
     assert world.store.get_lineage(lineage.id).status is LineageStatus.RUNNING
     assert world.store.get_lineage(lineage.id).restarts == 1
     [relaunched] = world.notes(events.RELAUNCHED)
-    assert (relaunched["attempt"], relaunched["instance_type"]) == (2, "ml.p3.8xlarge")
+    assert (relaunched["attempt"], relaunched["instance_type"]) == (2, "ml.g6.xlarge")
     assert relaunched["checkpoint_uri"] == lineage.checkpoint_uri
-    assert "relaunching from the checkpoints on ml.p3.8xlarge (spot) in 30 s" in world.notes(events.STATE)[-1]["text"]
+    assert relaunched["text"].startswith(f"Relaunched as {lineage.id}-2 (attempt 2, ml.g6.xlarge, spot; 1 GPU as planned)")
+    assert ("relaunching from the checkpoints on ml.g6.xlarge (spot; 1 GPU as planned) in 30 s"
+            in world.notes(events.STATE)[-1]["text"])
     assert any(a.startswith(f"relaunched {lineage.id} as") for a in cycle.actions)
 
 
-def test_capacity_errors_on_every_fallback_type_then_give_up(at_once: World) -> None:
+def test_capacity_errors_go_round_the_fallbacks_until_the_restart_cap_then_give_up(at_once: World) -> None:
     world = at_once
     lineage = world.launch()
     world.watcher.poll_once()
-    for number in (1, 2, 3):
+    for number in range(1, 7):
         world.move(f"{lineage.id}-{number}", RemoteStatus.FAILED, failure_reason=CAPACITY)
         world.watcher.poll_once()
-    assert world.backend.created == [f"{lineage.id}-{n}" for n in (1, 2, 3)]
+    assert world.backend.created == [f"{lineage.id}-{n}" for n in range(1, 7)]
     types = [world.backend.plans[name].spec.instance_type for name in world.backend.created]
-    assert types == ["ml.p3.2xlarge", "ml.p3.8xlarge", "ml.p3.16xlarge"]
+    # The same GPU count on every family, then from the top again: capacity is often back in minutes.
+    assert types == ["ml.p3.2xlarge", "ml.g6.xlarge", "ml.g5.xlarge", "ml.g4dn.xlarge", "ml.p3.2xlarge", "ml.g6.xlarge"]
     ended = world.store.get_lineage(lineage.id)
     assert ended.status is LineageStatus.GAVE_UP
     [gave_up] = world.notes(events.GAVE_UP)
-    assert "every fallback instance type" in gave_up["reason"]
+    assert gave_up["reason"].endswith(
+        "the restart cap of 5 relaunches is reached (tried ml.p3.2xlarge (spot) 2 times, ml.g6.xlarge (spot) "
+        "2 times, ml.g5.xlarge (spot), ml.g4dn.xlarge (spot))")
     world.watcher.poll_once()
-    assert len(world.backend.created) == 3 and world.kinds().count(events.GAVE_UP) == 1
+    assert len(world.backend.created) == 6 and world.kinds().count(events.GAVE_UP) == 1
 
 
 def test_on_demand_is_tried_last_when_the_spec_allows_it(at_once: World) -> None:
     world = at_once
     lineage = world.launch("distilbert-spot on_demand_fallback=yes")
     world.watcher.poll_once()
-    for number in (1, 2, 3):
+    for number in (1, 2, 3, 4):  # p3.2xlarge, then the 1-GPU g6, g5 and g4dn, all spot
         world.move(f"{lineage.id}-{number}", RemoteStatus.STOPPED, "MaxWaitTimeExceeded")
         world.watcher.poll_once()
-    last = world.backend.plans[f"{lineage.id}-4"].spec
+    last = world.backend.plans[f"{lineage.id}-5"].spec
     assert (last.instance_type, last.spot, last.max_wait) == ("ml.p3.2xlarge", False, None)
 
 
@@ -266,12 +295,12 @@ def test_a_refused_relaunch_moves_on_to_the_next_type(at_once: World) -> None:
     world = at_once
     lineage = world.launch()
     world.watcher.poll_once()
-    world.backend.fail_launch(CapacityError("No capacity for ml.p3.8xlarge."), job_name=f"{lineage.id}-2")
+    world.backend.fail_launch(CapacityError("No capacity for ml.g6.xlarge."), job_name=f"{lineage.id}-2")
     world.move(f"{lineage.id}-1", RemoteStatus.FAILED, failure_reason=CAPACITY)
     world.watcher.poll_once()
     assert world.backend.created == [f"{lineage.id}-1", f"{lineage.id}-3"]
     assert world.store.get_attempt(f"{lineage.id}-2").status is AttemptStatus.LAUNCH_FAILED
-    assert world.backend.plans[f"{lineage.id}-3"].spec.instance_type == "ml.p3.16xlarge"
+    assert world.backend.plans[f"{lineage.id}-3"].spec.instance_type == "ml.g5.xlarge"
     assert world.store.get_lineage(lineage.id).status is LineageStatus.RUNNING
 
 
@@ -471,7 +500,7 @@ def test_a_relaunch_refused_for_an_outage_retries_the_same_type_and_a_bad_reques
     world.move(f"{lineage.id}-1", RemoteStatus.FAILED, failure_reason=CAPACITY)
     world.watcher.poll_once()
     attempts = world.store.get_lineage(lineage.id).attempts
-    assert [a.instance_type for a in attempts[1:]] == ["ml.p3.8xlarge", "ml.p3.8xlarge"]
+    assert [a.instance_type for a in attempts[1:]] == ["ml.g6.xlarge", "ml.g6.xlarge"]
     assert world.backend.created == [f"{lineage.id}-1"]
     assert world.store.get_lineage(lineage.id).status is LineageStatus.FAILED
     assert "may not pass" in world.notes(events.FAILED)[0]["reason"]
@@ -508,7 +537,7 @@ def test_jobs_of_another_backend_sharing_the_store_are_left_alone(world: World) 
         checkpoint_uri="s3://b/trainbot/elsewhere-1a2b3c4d/checkpoints", actor=ALICE, estimated_usd=1.0,
     )
     world.store.add_attempt(other.id, number=1, instance_type=spec.instance_type, spot=True)
-    world.store.transition_lineage(other.id, st.CONFIRM_LAUNCH)
+    world.store.transition_lineage(other.id, moves.CONFIRM_LAUNCH)
     mine = world.launch()
     for _ in range(3):
         cycle = world.watcher.poll_once()

@@ -16,14 +16,16 @@ from typing import Any
 
 import pytest
 
-from jobs.clock import FakeClock
+from bot.wiring import build_watcher, ending_steps
+from jobs.endings.stage import EndingStage
 from jobs.lifecycle import events
 from jobs.lifecycle.service import JobService
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.lifecycle.watcher import Watcher
+from jobs.lineage import AttemptStatus, LineageStatus
 from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
+from tests.support.clock import FakeClock
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
     CallRecorder,
     MotoAws,
@@ -45,16 +47,20 @@ class Rig:
     watcher: Watcher
     created: CallRecorder
     clock: FakeClock
+    endings: EndingStage
 
     def kinds(self) -> list[str]:
-        return [n.kind for n in self.store.due_notifications(limit=1000)]
+        return [n.kind for n in self.store.outbox.due_notifications(limit=1000)]
 
     def notes(self, kind: str) -> list[dict[str, Any]]:
-        return [n.payload for n in self.store.due_notifications(limit=1000) if n.kind == kind]
+        return [n.payload for n in self.store.outbox.due_notifications(limit=1000) if n.kind == kind]
 
     def cycle(self) -> Any:
+        """What one watch cycle of a runtime does: the watcher's poll, then the steps after each ending."""
         self.clock.advance(1)
-        return self.watcher.poll_once()
+        cycle = self.watcher.poll_once()
+        self.endings.process_due()
+        return cycle
 
 
 @pytest.fixture
@@ -68,8 +74,9 @@ def rig(moto_aws: MotoAws, tmp_path: Path) -> Rig:  # noqa: F811  (the imported 
                         trainbot_home=tmp_path, trainbot_relaunch_backoff_seconds=0)
     service = JobService(store=store, backend=backend, settings=settings, clock=clock,
                          new_lineage_id=lambda spec: f"wm{next(_IDS):03d}-{datetime.now():%H%M%S}")
-    watcher = Watcher(store, backend, clock, settings)
-    return Rig(moto_aws, store, service, watcher, created, clock)
+    watcher = build_watcher(store, backend, clock, settings)
+    endings = EndingStage(store, clock, ending_steps(store, backend, clock, settings))
+    return Rig(moto_aws, store, service, watcher, created, clock, endings)
 
 
 def test_spot_recovery_through_interruption_max_wait_capacity_and_a_code_failure(rig: Rig) -> None:
@@ -90,7 +97,7 @@ def test_spot_recovery_through_interruption_max_wait_capacity_and_a_code_failure
     assert request["CheckpointConfig"]["S3Uri"] == rig.created.by_name(first)["CheckpointConfig"]["S3Uri"]
     assert request["CheckpointConfig"]["S3Uri"] == lineage.checkpoint_uri
     assert request["EnableManagedSpotTraining"] is True
-    assert request["ResourceConfig"]["InstanceType"] == "ml.p3.8xlarge"
+    assert request["ResourceConfig"]["InstanceType"] == "ml.g6.xlarge"  # one GPU, as planned
     assert rig.store.get_attempt(first).status is AttemptStatus.STOPPED
     assert rig.store.get_attempt(first).billable_seconds == 120
 
@@ -104,7 +111,7 @@ def test_spot_recovery_through_interruption_max_wait_capacity_and_a_code_failure
     set_training_job_state(second, "Failed", failure_reason="CapacityError: Unable to provision requested ML compute capacity.")
     rig.cycle()
     third = f"{lineage.id}-3"
-    assert rig.created.by_name(third)["ResourceConfig"]["InstanceType"] == "ml.p3.16xlarge"
+    assert rig.created.by_name(third)["ResourceConfig"]["InstanceType"] == "ml.g5.xlarge"
     assert rig.created.by_name(third)["CheckpointConfig"]["S3Uri"] == lineage.checkpoint_uri
 
     set_training_job_state(third, "InProgress", "Training")
@@ -138,7 +145,7 @@ def test_completed_job_gets_its_report_and_curves_from_cloudwatch(rig: Rig) -> N
     # The model link is where DescribeTrainingJob says the model is, under the lineage's output prefix.
     assert done["report"]["links"]["model"].endswith(f"&prefix=trainbot/{lineage.id}/output/{job}/output/")
     assert done["png_path"] and Path(done["png_path"]).read_bytes()[:4] == b"\x89PNG"
-    assert cycle.api_calls <= 6  # list, describe, and the metrics for the plot
+    assert cycle.api_calls == 2  # list and describe: the report and its curves come after the ending
     assert rig.cycle().actions == []
 
 
@@ -179,7 +186,7 @@ def test_a_bucket_changed_between_attempts_resumes_from_the_approved_checkpoints
     settings = Settings(trainbot_bucket="trainbot-moved", trainbot_role_arn=moto_aws.role_arn,
                         trainbot_home=tmp_path, trainbot_relaunch_backoff_seconds=0)
     backend = sagemaker_backend(moto_aws, moto_aws.boto_session(recorders=[rig.created]), bucket="trainbot-moved")
-    rig.watcher = Watcher(rig.store, backend, rig.clock, settings)
+    rig.watcher = build_watcher(rig.store, backend, rig.clock, settings)
     set_training_job_state(first, "Stopped", "MaxWaitTimeExceeded", billable_seconds=120, training_seconds=600)
     rig.cycle()
     sent = rig.created.by_name(f"{lineage.id}-2")

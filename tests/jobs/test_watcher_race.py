@@ -21,8 +21,8 @@ from jobs.clock import SystemClock
 from jobs.errors import NotFound
 from jobs.lifecycle import events
 from jobs.lifecycle.service import JobService
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
 from jobs.lifecycle.watcher import Watcher
+from jobs.lineage import AttemptStatus, LineageStatus
 from jobs.records import Actor, JobSummary, MetricSeries, RemoteJob, RemoteStatus
 from jobs.settings import Settings
 from jobs.store.store import Store
@@ -158,5 +158,5 @@ def test_two_watcher_processes_relaunch_each_lost_job_once(tmp_path: Path, datab
         assert final.status is LineageStatus.RUNNING
         assert [a.status for a in final.attempts] == [AttemptStatus.STOPPED, AttemptStatus.RUNNING]
     assert len(creates) == 2 * LINEAGES
-    kinds = [n.kind for n in store.due_notifications(limit=1000)]
+    kinds = [n.kind for n in store.outbox.due_notifications(limit=1000)]
     assert kinds.count(events.RELAUNCHED) == LINEAGES

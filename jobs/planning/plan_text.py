@@ -1,0 +1,121 @@
+"""The plan as ``trainbot plan`` prints it: the job, where it runs and may move to, and what it costs."""
+
+from __future__ import annotations
+
+from jobs.planning import own_code
+from jobs.planning.forecast import Forecast, about_duration, summary
+from jobs.planning.instances import instance_info
+from jobs.planning.plan import DISTRIBUTION_LABELS, LaunchPlan, code_label, own_checkpoint_minutes
+from jobs.planning.pricing import CostEstimate, usd
+from jobs.planning.spec import JobSpec
+
+
+def render_plan_text(plan: LaunchPlan) -> str:
+    """The plan as ``trainbot plan`` prints it: the job, where it runs, and what it costs."""
+    spec, est = plan.spec, plan.estimator
+    info = instance_info(spec.instance_type)
+    what = spec.task or f"own code {spec.entry}"
+    title = f"Plan{' for ' + spec.preset if spec.preset else ''}: {what}, {spec.model_label} on {spec.data_label}"
+    lines = [
+        title,
+        f"Instances: {spec.instance_count} x {spec.instance_type} "
+        f"({spec.instance_count * info.gpus} x {info.accelerator} {info.gpu_memory_gb} GB)",
+        f"Distribution: {DISTRIBUTION_LABELS[spec.distribution]}{_mp_summary(spec)}",
+        f"Framework: transformers {spec.transformers_version}, PyTorch {spec.pytorch_version}, {spec.py_version}",
+        f"Entry point: {est['entry_point']} in {est['source_dir']}",
+        *own_code_lines(spec),
+        *channel_lines(plan.inputs),
+        "Hyperparameters: " + " ".join(f"{k}={v}" for k, v in est["hyperparameters"].items()),
+        f"Batch: {plan.approved_batch.words()}",
+        _spot_line(spec),
+        *(plan.fallbacks.lines() if plan.fallbacks is not None else []),
+        f"Checkpoints: {est['checkpoint_s3_uri']}",
+        f"Output: {est['output_path']}",
+        *forecast_lines(plan),
+        *cost_lines(plan.cost, spec),
+    ]
+    return "\n".join(lines)
+
+
+def own_code_lines(spec: JobSpec) -> list[str]:
+    """``Code: repo@<short sha>``, what saves its checkpoints and, for a spot job, how it resumes."""
+    if spec.code is None:
+        return []
+    lines = [f"Code: {code_label(spec)}, entry {spec.entry}", own_checkpoint_line(spec)]
+    if spec.spot:
+        lines.append(own_code.SPOT_RESUME_NOTE)
+    return lines
+
+
+def own_checkpoint_line(spec: JobSpec) -> str:
+    return own_code.checkpoint_words(spot=spec.spot, minutes=own_checkpoint_minutes(spec),
+                                     trainer=spec.code_trainer, saves=spec.code_saves)
+
+
+def channel_lines(inputs: dict[str, str] | None) -> list[str]:
+    """``Channels: train s3://..., test s3://...`` (the script reads each as SM_CHANNEL_<NAME>)."""
+    if not inputs:
+        return []
+    return ["Channels: " + ", ".join(f"{name} {uri}" for name, uri in inputs.items())]
+
+
+def forecast_lines(plan: LaunchPlan) -> list[str]:
+    """``Forecast: about 28 min, about $24 (physics: ...)`` and, for a scaled-down local run, its own."""
+    lines = []
+    if plan.forecast is not None:
+        lines.append(f"Forecast: {summary(plan.forecast)}{_forecast_detail(plan.forecast)}")
+    if plan.run_forecast is not None:
+        lines.append(f"  this backend's run: {summary(plan.run_forecast)} ({plan.run_forecast.basis})")
+    return lines
+
+
+def _forecast_detail(f: Forecast) -> str:
+    if f.seconds is None or f.training_seconds is None or f.startup_seconds is None:
+        return ""
+    rate = f"{f.samples_per_second:,.1f} samples/s" if f.samples_per_second else "-"
+    return (f" ({f.basis}: {about_duration(f.training_seconds)} training at {rate}, "
+            f"{about_duration(f.startup_seconds)} start-up, evaluation and upload)")
+
+
+def _mp_summary(spec: JobSpec) -> str:
+    if spec.distribution != "model":
+        return ""
+    params = ", ".join(f"{k} {v}" for k, v in (spec.mp_parameters or {}).items())
+    return f"; {spec.processes_per_host} processes a host; {params}"
+
+
+def _spot_line(spec: JobSpec) -> str:
+    if not spec.spot:
+        return f"Spot: no; max run {_duration(spec.max_run)}"
+    fallback = "; may fall back to on-demand" if spec.on_demand_fallback else ""
+    return (
+        f"Spot: yes; max run {_duration(spec.max_run)}, max wait {_duration(spec.max_wait or 0)}; "
+        f"up to {spec.max_restarts} relaunches{fallback}"
+    )
+
+
+def cost_lines(cost: CostEstimate, spec: JobSpec) -> list[str]:
+    """``Cost: $X/hour ...``, the lineage's worst case and the spot price."""
+    if cost.spot_hourly_usd is None:
+        lines = [f"Cost: {usd(cost.hourly_usd)}/hour on-demand"]
+    else:
+        lines = [f"Cost: {usd(cost.spot_hourly_usd)}/hour at a typical spot price ({usd(cost.hourly_usd)}/hour "
+                 f"on-demand; spot savings about {cost.spot_savings_pct:.0f}%)"]
+    lines.append(f"  worst case {usd(cost.worst_case_usd)}: {worst_case_words(cost, spec)}")
+    return lines
+
+
+def worst_case_words(cost: CostEstimate, spec: JobSpec) -> str:
+    """``6 attempts x 24h on ml.p3.16xlarge at on-demand`` (and the cap, when it lowered the figure)."""
+    attempts = f"{cost.attempts} attempt{'s' if cost.attempts != 1 else ''}"
+    text = f"{attempts} x {_duration(spec.max_run)} on {spec.instance_count} x {cost.dearest_type} at on-demand"
+    if cost.capped_by_usd is not None:
+        text += f", stopped at the {usd(cost.capped_by_usd)} per-job cap (TRAINBOT_MAX_JOB_USD)"
+    return text
+
+
+def _duration(seconds: int) -> str:
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [f"{hours}h" if hours else "", f"{minutes}m" if minutes else "", f"{secs}s" if secs else ""]
+    return "".join(parts) or "0s"
