@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bot.cli_endpoints import add_endpoint_commands
 from bot.cli_operator import add_operator_commands
 from bot.cli_support import cli_actor, command_text, configure_logging, key_values, pop_flag, runtime_for
 from jobs.errors import TrainbotError
@@ -75,11 +76,15 @@ def _parser() -> argparse.ArgumentParser:
     add("launch", _cmd_launch, "launch on the configured backend; prints the lineage id last", text=True)
     jobs_cmd = add("jobs", _cmd_jobs, "list jobs, newest first")
     jobs_cmd.add_argument("--all", action="store_true", help="include ended jobs beyond the recent ones")
-    status = add("status", _cmd_status, "the report of a job (lineage id or SageMaker job name)")
+    status = add("status", _cmd_status, "the report of a job (lineage id or SageMaker job name), refreshed "
+                 "with one describe where nothing watches it")
     status.add_argument("job")
     status.add_argument("--json", action="store_true")
     stop = add("stop", _cmd_stop, "stop a job (lineage id or SageMaker job name)")
     stop.add_argument("job")
+    capacity = add("capacity", _cmd_capacity, "take a running local spot job's capacity away (a simulated reclaim; "
+                   "the watcher relaunches it from its checkpoints)")
+    capacity.add_argument("job")
     logs = add("logs", _cmd_logs, "the last lines of a job's log, every host's labelled (lineage id or job name)")
     logs.add_argument("job")
     logs.add_argument("--lines", "-n", default=None, metavar="N", help="lines per host (default 40, at most 500)")
@@ -93,6 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     predict = add("predict", _cmd_predict, "ask an endpoint: question=... context=... or text=...")
     predict.add_argument("name")
     predict.add_argument("inputs", nargs="*", help="key=value")
+    add_endpoint_commands(sub)
     add_operator_commands(sub)
     serve = add("serve", _cmd_serve, "run the Slack bot with the watcher and scheduler")
     serve.add_argument("--http", action="store_true", help="HTTP at /slack/events instead of Socket Mode")
@@ -129,7 +135,7 @@ def _reader(settings: Settings) -> CommandReader:
 
 def _cmd_plan(args: argparse.Namespace, settings: Settings) -> int:
     from jobs.planning.grammar import help_for
-    from jobs.planning.plan import render_plan_text
+    from jobs.planning.plan_text import render_plan_text
 
     words, trailing_json = pop_flag(args.text, "--json")  # `plan bert-squad --json` as well
     as_json = args.json or trailing_json
@@ -177,24 +183,14 @@ def _cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.lifecycle.forecasts import forecast_of, with_forecast
-    from jobs.lifecycle.progress import read_live
-    from jobs.reporting.reports import build_report
+    from bot.cli_status import job_status
 
     runtime = runtime_for(settings)
-    lineage = runtime.jobs.get(args.job)
-    report = build_report(lineage, runtime.backend, now=runtime.clock.now())
-    report = with_forecast(report, forecast_of(runtime.store, runtime.clock, lineage.id))
-    live = read_live(runtime.store, runtime.backend, runtime.clock, lineage)
+    status = job_status(runtime, args.job)
     if args.json:
-        data = report.to_json()
-        data["progress"] = live.to_json() if live else None
-        print(json.dumps(data, indent=2, default=str))
-        return 0
-    lines = report.to_text().splitlines()
-    if live is not None:
-        lines.insert(1, f"  progress: {live.words()}")
-    print("\n".join(lines))
+        print(json.dumps(status.to_json(), indent=2, default=str))
+    else:
+        print(status.to_text(runtime.clock.now()))
     return 0
 
 
@@ -202,6 +198,14 @@ def _cmd_stop(args: argparse.Namespace, settings: Settings) -> int:
     runtime = runtime_for(settings)
     lineage = runtime.jobs.stop(args.job, actor=cli_actor())
     print(f"{lineage.id}: stop requested")
+    return 0
+
+
+def _cmd_capacity(args: argparse.Namespace, settings: Settings) -> int:
+    runtime = runtime_for(settings)
+    attempt = runtime.jobs.take_capacity(args.job, actor=cli_actor())
+    print(f"spot capacity taken from {attempt.job_name} (simulated reclaim: its processes were killed, as a "
+          "reclaimed instance's are); `trainbot watch` relaunches it from its checkpoints")
     return 0
 
 
@@ -233,10 +237,15 @@ def _cmd_watch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_deploy(args: argparse.Namespace, settings: Settings) -> int:
+    from jobs.endpoints.texts import EXISTS_PROMOTE_INSTEAD
+    from jobs.errors import InvalidState
+
     runtime = runtime_for(settings)
-    endpoint = runtime.require_endpoints().deploy(
-        args.job, options=key_values(args.options), actor=cli_actor()
-    )
+    endpoints, options = runtime.require_endpoints(), key_values(args.options)
+    existing = endpoints.promotion_target(options)
+    if existing is not None:  # in place is a promotion: the CLI asks for it by name
+        raise InvalidState(EXISTS_PROMOTE_INSTEAD.format(name=existing, lineage=endpoints.get(existing).lineage_id))
+    endpoint = endpoints.deploy(args.job, options=options, actor=cli_actor())
     print(f"deploying {endpoint.name} (follow it with `trainbot status {args.job}`)", file=sys.stderr)
     print(endpoint.name)
     return 0
@@ -268,13 +277,13 @@ def _cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def _cmd_console(args: argparse.Namespace, settings: Settings) -> int:
     from bot.console import run_console
 
-    return run_console(runtime_for(settings, force_local=True), script=args.script)
+    return run_console(runtime_for(settings, force_local=True, trusted_terminal=True), script=args.script)
 
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from bot.demo import run_demo
 
-    return run_demo(runtime_for(settings, force_local=True))
+    return run_demo(runtime_for(settings, force_local=True, trusted_terminal=True))
 
 
 def _default_command(args: argparse.Namespace, settings: Settings) -> int:

@@ -131,12 +131,13 @@ def _cmd_schedule_verb(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.scheduler import scheduler_tables
     from jobs.clock import SystemClock
     from jobs.store.store import Store
 
     configure_logging(settings)
     store = Store(settings.database_url, clock=SystemClock())
-    applied = store.migrate()
+    applied = store.migrate(foreign=scheduler_tables(store.engine))
     where = store.engine.url.render_as_string(hide_password=True)
     if applied:
         print(f"{where}: applied {', '.join(applied)}; now at {store.schema_revision()} (the newest)")
@@ -172,12 +173,13 @@ def _revision_text(revision: str | None) -> str:
 
 
 def _cmd_events_setup(args: argparse.Namespace, settings: Settings) -> int:
-    from jobs.backends.sagemaker_events import setup_from_settings
+    from jobs.backends.sagemaker.events import MAX_RECEIVES, setup_from_settings
     from jobs.settings import EVENTS_POLL_SECONDS
 
     configure_logging(settings)
     done = setup_from_settings(settings, args.queue)
-    print(f"rule {done.rule_arn} sends SageMaker's job and endpoint state changes to the queue. Set "
+    print(f"rule {done.rule_arn} sends SageMaker's job and endpoint state changes to the queue; a message "
+          f"the bot cannot read goes to {done.dead_letter_url} after {MAX_RECEIVES} receives. Set "
           f"TRAINBOT_EVENTS_QUEUE to the URL below; the full poll then only reconciles, every "
           f"{EVENTS_POLL_SECONDS:g} s unless TRAINBOT_POLL_SECONDS is set.", file=sys.stderr)
     print(done.queue_url)

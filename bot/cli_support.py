@@ -19,11 +19,14 @@ if TYPE_CHECKING:
     from bot.wiring import Runtime
 
 
-def runtime_for(settings: Settings, *, with_backend: bool = True, force_local: bool = False) -> Runtime:
+def runtime_for(
+    settings: Settings, *, with_backend: bool = True, force_local: bool = False, trusted_terminal: bool = False
+) -> Runtime:
     from bot.wiring import build_runtime
 
     configure_logging(settings)
-    return build_runtime(settings, with_backend=with_backend, force_local=force_local)
+    return build_runtime(settings, with_backend=with_backend, force_local=force_local,
+                         trusted_terminal=trusted_terminal)
 
 
 def command_text(words: Sequence[str]) -> str:

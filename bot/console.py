@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, TextIO
 
 from bot.console_chat import PROMPT, ConsoleButton, ConsoleChat, Screen
 from bot.console_jobs import JobTicker, session_lineages
+from bot.wiring import build_watcher
 from handlers import router
 from handlers.context import CommandContext, Services
+from jobs.endings.steps import ANNOUNCE
 from jobs.errors import TrainbotError
-from jobs.lifecycle.state import LineageStatus
-from jobs.lifecycle.watcher import Watcher
+from jobs.lineage import Lineage, LineageStatus
 from jobs.records import Actor
-from jobs.store.store import Lineage
 
 if TYPE_CHECKING:
     from bot.wiring import Runtime
@@ -50,8 +50,8 @@ LOCAL_POLL_SECONDS = 1.0
 LOCAL_BACKOFF_SECONDS = 2.0
 #: How long a script line may wait for its background work (a launch, a stop) before the next line.
 LINE_SETTLE_SECONDS = 120.0
-#: After the jobs ended: how long to wait for the outbox to show their last notifications.
-DRAIN_SECONDS = 30.0
+#: After the jobs ended: the longest wait for the outbox to show their last notifications.
+DRAIN_SECONDS = 120.0
 _PLACEHOLDER = re.compile(r"\$(last|\d+)\b")
 _FAILED = (LineageStatus.FAILED, LineageStatus.GAVE_UP)
 
@@ -60,11 +60,14 @@ Commands (the same as in Slack):
   /train [PRESET] key=value ...   plan a job (presets: bert-squad, roberta-mnli, distilbert-spot); /train help
   /jobs [active]                  list jobs            /job ID      one job, its attempts and spec
   /stop ID                        stop a job           /deploy, /predict, /undeploy, /schedule  as in Slack
+  /deploy ID name=EXISTING        offer to promote ID into a live endpoint in place (then: promote)
+  /rollback NAME [why]            back to the model it served before    /endpoint NAME   its history
+  /models [LINE]                  the model registry: lines, versions, metrics, where each serves
   /logs ID [N]                    the last N lines of each host's log (default 40)
   /notify on [EVENTS] | off | list | dm on|off   route job events to this console (/notify help)
   /home                           the App Home: your jobs, the team's spend, endpoints, schedules
   /recipe save NAME ARGS | list | show NAME | remove NAME   team recipes, then /train NAME key=value ...
-Buttons: type a card's button label to press it (launch, edit, cancel, stop, deploy); add a job id to
+Buttons: type a card's button label to press it (launch, edit, cancel, stop, deploy, promote, rollback); add a job id to
   pick the card, e.g. `stop $last`. Buttons you can press now: {labels}
 Console only:
   /capacity JOB                   take a running spot job's capacity away (simulated reclaim)
@@ -110,8 +113,7 @@ def tune_for_terminal(runtime: Runtime) -> None:
     if not overrides:
         return
     runtime.settings = settings.model_copy(update=overrides)
-    runtime.watcher = Watcher(store=runtime.store, backend=runtime.backend, clock=runtime.clock,
-                              settings=runtime.settings)
+    runtime.watcher = build_watcher(runtime.store, runtime.backend, runtime.clock, runtime.settings)
 
 
 class Console:
@@ -125,9 +127,11 @@ class Console:
         user = _user()
         self.actor = Actor(user_id=f"console:{user}", channel_id=CHANNEL, via="console", display=user)
         self.chat = ConsoleChat(screen, home / "uploads", user=self.actor.user_id)
-        self.services: Services = replace(runtime.services(), run_later=self._run_later, backend=runtime.backend)
+        # One person at a terminal: work that waits on a git host is counted like the rest (no pool of its own).
+        self.services: Services = replace(runtime.services(), run_later=self._run_later, backend=runtime.backend,
+                                          run_on_code_host=None)
         self.started_at = runtime.clock.now()
-        self.ticker = JobTicker(store=runtime.store, backend=runtime.backend, say=self.chat.say,
+        self.ticker = JobTicker(store=runtime.store, spot=runtime.simulation, say=self.chat.say,
                                 session=self.session, auto_reclaim=auto_reclaim)
         self._pending = 0
         self._idle = threading.Condition()
@@ -302,26 +306,30 @@ class Console:
         return session_lineages(self.runtime.store, self.actor, self.started_at)
 
     def wait_for(self, ref: str | None) -> None:
-        """Until the job (or every job of the session) has ended and the outbox has shown what it had."""
+        """Until the job (or every job of the session) has ended, what follows each ending is done (its
+        report among it) and the outbox has shown everything it owed about them."""
         self.settle()
         try:
             targets = [self.services.jobs.get(ref).id] if ref else [lineage.id for lineage in self.session()]
         except TrainbotError as exc:
             self.chat.say(exc.user_message())
             return
-        while not self._stop.is_set():
-            if all(self.services.jobs.get(lineage_id).status.is_terminal() for lineage_id in targets):
-                break
-            time.sleep(0.5)
-        self._drain()
+        while not self._stop.is_set() and not all(self._ended(lineage_id) for lineage_id in targets):
+            self._stop.wait(0.2)
+        self._drain(targets)
 
-    def _drain(self) -> None:
-        # The watcher queues the last notifications as the lineage ends; give delivery a moment to show them.
+    def _ended(self, lineage_id: str) -> bool:
+        if not self.services.jobs.get(lineage_id).status.is_terminal():
+            return False
+        ending = self.runtime.store.endings.get(lineage_id)  # its announcement queued, or nothing left to do
+        return ending is None or ending.settled_at is not None or ending.done(ANNOUNCE)
+
+    def _drain(self, lineage_ids: list[str]) -> None:
+        """Until every message about these lineages is shown (DRAIN_SECONDS at most: a message a chat
+        keeps refusing is the outbox's to retry, not the script's to wait for)."""
         deadline = time.monotonic() + DRAIN_SECONDS
-        quiet = 0
-        while time.monotonic() < deadline and quiet < 3:
-            quiet = quiet + 1 if not self.runtime.store.due_notifications(limit=1) else 0
-            time.sleep(0.5)
+        while time.monotonic() < deadline and self.runtime.store.outbox.undelivered(lineage_ids):
+            self._stop.wait(0.2)
 
     def exit_code(self) -> int:
         lineages = self.session()

@@ -73,6 +73,8 @@ def _link(match: re.Match[str]) -> str:
         return f"@{label or target[1:]}"
     if target.startswith("#"):  # <#C123|general> a channel
         return f"#{label or target[1:]}"
+    if target.startswith("!date^"):  # <!date^1700000000^{time}|14:04 UTC> a moment: its fallback
+        return label or ""
     if target.startswith("!"):  # <!here>, <!subteam^S123|@team>
         return f"@{(label or target[1:]).lstrip('@')}"
     if label and label != target:

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, TextIO
 from bot import console_render as render
 from bot.console import Console, tune_for_terminal
 from bot.console_chat import Screen
-from jobs.lifecycle.forecasts import forecast_of, with_forecast
-from jobs.lifecycle.state import LineageStatus
+from jobs.lifecycle.forecasts import forecast_of
+from jobs.lineage import LineageStatus
 from jobs.planning.forecast import about_duration, forecast
 from jobs.planning.forecast import summary as forecast_summary
 from jobs.planning.pricing import usd
-from jobs.reporting.reports import JobReport, build_report
+from jobs.reporting.reports import JobReport, build_report, with_forecast
 
 if TYPE_CHECKING:
     from bot.wiring import Runtime

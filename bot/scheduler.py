@@ -24,15 +24,14 @@ from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.schedulers.base import STATE_PAUSED
 from apscheduler.triggers.cron import CronTrigger
-from sqlalchemy import Engine, insert, or_, select, update
+from sqlalchemy import Engine, Table, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
 from jobs.errors import ScheduleError
 from jobs.schedules.service import ScheduleService
-from jobs.schedules.store import scheduler_lease
 from jobs.settings import Settings
-from jobs.store.schema import write_transaction
+from jobs.store.schema import scheduler_lease, write_transaction
 
 if TYPE_CHECKING:
     from jobs.lifecycle.service import JobService
@@ -320,6 +319,12 @@ class SchedulerRunner:
         # Another thread changed a schedule: resync now (if leader) instead of waiting for the next cycle.
         if self._autorun and self._scheduler.running:
             self._scheduler.wakeup()
+
+
+def scheduler_tables(engine: Engine) -> list[Table]:
+    """APScheduler's job table, as its SQLAlchemyJobStore declares it (building the store connects nothing):
+    bot/wiring.py has the store create it with the migrations, before any thread starts."""
+    return [SQLAlchemyJobStore(engine=engine, tablename=JOB_TABLE).jobs_t]
 
 
 def build_schedule_service(store: Store, jobs: JobService, settings: Settings, clock: Clock) -> ScheduleService:

@@ -2,8 +2,9 @@
 
 Socket Mode (SLACK_APP_TOKEN) by default: no public URL. `--http`: an ASGI app served by uvicorn, requests
 at /slack/events and GET /healthz. Every request is verified before its body is parsed (bot/slack_requests.py):
-a missing, wrong or stale signature is 401 whatever the body; a verified request that is not one Slack
-sends is 400; each with one log line, never a traceback. SIGTERM stops the server, then the background
+a missing, wrong or stale signature is 401 whatever the body (Slack's unsigned ssl_check probe alone gets an
+empty 200, and nothing is acted on); a verified request that is not one Slack sends is 400; each with one log
+line, never a traceback. SIGTERM stops the server, then the background
 work (runtime.shutdown()).
 """
 
@@ -28,6 +29,7 @@ from slack_sdk import WebClient
 from bot import slack_requests
 from bot.slack_app import create_app
 from bot.slack_chat import SlackChat, make_web_client
+from bot.slack_governor import GovernedWebClient, SlackGovernor
 from handlers.context import Services
 from handlers.home import HomeRefresher
 from jobs.errors import ConfigError
@@ -98,10 +100,16 @@ class SlackHttpApp:
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
-        body = await self._verified_body(headers, receive)
-        if body is None:
+        body, reason = await self._verified_body(headers, receive)
+        if reason is not None:
+            if slack_requests.is_ssl_check(headers, body):
+                log.info("answered Slack's ssl_check")
+                await _respond(send, 200, "")
+                return
+            log.info("refused an unverified Slack request: %s", reason)
             await _respond(send, 401, "invalid request")
             return
+        assert body is not None
         try:
             parsed = slack_requests.parse(body, slack_requests.header(headers, "content-type"))
             request = _bolt_request(parsed, scope, headers)
@@ -118,18 +126,15 @@ class SlackHttpApp:
             return
         await _send_bolt(send, response)
 
-    async def _verified_body(self, headers: dict[str, list[str]], receive: Receive) -> bytes | None:
-        """The body when Slack signed it; None (and one log line) otherwise. Nothing is parsed before this."""
-        reason = slack_requests.unsigned_reason(headers)  # the body is not even read then
-        body = None if reason else await _read_body(receive)
-        if body is not None:
-            reason = slack_requests.unverified_reason(self._verifier, headers, body)
-        elif reason is None:
-            reason = f"a body over {slack_requests.MAX_BODY_BYTES} bytes, read no further"
-        if reason is not None:
-            log.info("refused an unverified Slack request: %s", reason)
-            return None
-        return body
+    async def _verified_body(self, headers: dict[str, list[str]], receive: Receive) -> tuple[bytes | None, str | None]:
+        """(the body, None) when Slack signed it; else (what was read of it, why it is refused). Nothing is
+        parsed before this; of an unsigned request no more than an ssl_check's worth is read."""
+        unsigned = slack_requests.unsigned_reason(headers)
+        limit = slack_requests.MAX_UNSIGNED_BYTES if unsigned else slack_requests.MAX_BODY_BYTES
+        body = await _read_body(receive, limit)
+        if body is None:
+            return None, unsigned or f"a body over {limit} bytes, read no further"
+        return body, unsigned or slack_requests.unverified_reason(self._verifier, headers, body)
 
 
 def _bolt_request(body: slack_requests.Body, scope: Scope, headers: dict[str, list[str]]) -> BoltRequest:
@@ -148,14 +153,14 @@ def _headers(scope: Scope) -> dict[str, list[str]]:
     return headers
 
 
-async def _read_body(receive: Receive) -> bytes | None:
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
     chunks: list[bytes] = []
     size = 0
     while True:
         message = await receive()
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > slack_requests.MAX_BODY_BYTES:
+        if size > limit:
             return None
         chunks.append(chunk)
         if not message.get("more_body"):
@@ -212,18 +217,18 @@ def socket_mode_handler(app: App, app_token: str, client: WebClient) -> SocketMo
 
 @dataclasses.dataclass
 class SlackParts:
-    client: WebClient
+    client: GovernedWebClient
     chat: SlackChat
     services: Services
     app: App
     home: HomeRefresher
 
 
-def build_slack(runtime: Runtime, *, http: bool, client: WebClient | None = None,
+def build_slack(runtime: Runtime, *, http: bool, client: GovernedWebClient | None = None,
                 chat: SlackChat | None = None, verify_token: bool = True) -> SlackParts:
     settings = runtime.settings
     _check_settings(runtime, http=http)
-    client = client or make_web_client(settings)
+    client = client or make_web_client(settings, governor=shared_governor(runtime))
     chat = chat or SlackChat(client)
     services = runtime.services()
     if services.backend is None:
@@ -231,6 +236,14 @@ def build_slack(runtime: Runtime, *, http: bool, client: WebClient | None = None
     home = HomeRefresher(services, chat)
     app = create_app(settings, services, client=client, chat=chat, http=http, verify_token=verify_token, home=home)
     return SlackParts(client=client, chat=chat, services=services, app=app, home=home)
+
+
+def shared_governor(runtime: Runtime) -> SlackGovernor:
+    """The governor whose buckets and back-offs live in the store: every bot on one database shares
+    the workspace's budget and honours each other's Retry-After."""
+    from jobs.store.rate_ledger import StoreRateLedger
+
+    return SlackGovernor(StoreRateLedger(runtime.store.engine), runtime.clock)
 
 
 def _check_settings(runtime: Runtime, *, http: bool) -> None:

@@ -1,19 +1,19 @@
-"""The Chat port over Slack's Web API: retries 429s (RateLimitErrorRetryHandler honours Retry-After),
-paces posts to about one a second a channel, and turns every Slack failure into ChatUnavailable.
+"""The Chat port over Slack's Web API, on a GovernedWebClient (bot/slack_governor.py: every call within its
+tier and its channel's pace, 429s honoured for every caller), turning every Slack failure into ChatUnavailable
+(ChatBusy when the governor held a call back: nothing was sent, try again in its retry_after).
 
 Posts are never retried blindly: a post whose connection dropped or whose answer timed out may have been
 stored. The outbox's posts (MarkingChat) carry message metadata naming their row, and are looked for in the
 channel or thread (conversations.history / conversations.replies) before they are made again.
 
-Its calls run off the ack path (the background executor and the outbox thread), so the pacing sleeps
-never delay an acknowledgement.
+Its calls run off the ack path (the background executor and the outbox thread), so the governor's waits
+never delay an acknowledgement. It knows where the bot can post (bot/slack_reach.py, handlers.chat.ReachChat):
+a post refused because the bot is not in the conversation raises ChannelUnreachable.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -22,19 +22,20 @@ from urllib.error import URLError
 
 from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
-from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler, RateLimitErrorRetryHandler
+from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 from slack_sdk.http_retry.request import HttpRequest
 from slack_sdk.http_retry.response import HttpResponse
 from slack_sdk.http_retry.state import RetryState
 
-from handlers.chat import ChatUnavailable, Mark
+from bot.slack_governor import GovernedWebClient, RateLimitedError, SlackGovernor
+from bot.slack_reach import UNREACHABLE_ERRORS, ChannelReach
+from handlers.chat import ChannelUnreachable, ChatBusy, ChatUnavailable, Mark
+from jobs.clock import SystemClock
+from jobs.rate_limits import MemoryLedger
 from jobs.settings import Settings
 
 log = logging.getLogger(__name__)
 
-#: chat.postMessage allows about one message a second a channel (short bursts pass).
-POST_INTERVAL_SECONDS = 1.0
-RATE_LIMIT_RETRIES = 3
 #: Methods that post: sent again after a dropped connection, they may post twice.
 POSTING_METHODS = frozenset({"chat.postMessage", "chat.postEphemeral", "chat.scheduleMessage",
                              "files.completeUploadExternal"})
@@ -50,10 +51,14 @@ UNSEARCHABLE = frozenset({"missing_scope", "not_in_channel", "thread_not_found",
 T = TypeVar("T")
 
 
-def make_web_client(settings: Settings, *, timeout: int = 10) -> WebClient:
-    """The one WebClient of the process, at SLACK_API_URL, retrying 429s and dropped connections."""
+def make_web_client(settings: Settings, *, timeout: int = 10,
+                    governor: SlackGovernor | None = None) -> GovernedWebClient:
+    """The one WebClient of the process, at SLACK_API_URL: every call through ``governor`` (by default one
+    of this process alone; `trainbot serve` passes the store's, shared by every replica), dropped
+    connections retried."""
     token = settings.slack_bot_token.get_secret_value() if settings.slack_bot_token else None
-    client = WebClient(token=token, base_url=settings.slack_api_url, timeout=timeout)
+    governor = governor or SlackGovernor(MemoryLedger(), SystemClock())
+    client = GovernedWebClient(token=token, base_url=settings.slack_api_url, timeout=timeout, governor=governor)
     add_retry_handlers(client)
     return client
 
@@ -75,61 +80,61 @@ def _never_sent(error: Exception | None) -> bool:
 
 
 def add_retry_handlers(client: WebClient) -> None:
-    """429s retried after Retry-After; dropped connections retried once, posts excepted. (The client's
-    default ConnectionErrorRetryHandler would send a post again after its connection dropped.)"""
+    """Dropped connections retried once, posts excepted (the client's default ConnectionErrorRetryHandler
+    would send a post again after its connection dropped). 429s are the governor's: it retries them
+    after Retry-After on its own clock and holds every other caller back meanwhile."""
     handlers = [h for h in client.retry_handlers if type(h) is not ConnectionErrorRetryHandler]
     kinds = {type(handler) for handler in handlers}
-    if RateLimitErrorRetryHandler not in kinds:
-        handlers.append(RateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES))
     if ConnectionRetryExceptPosts not in kinds:
         handlers.append(ConnectionRetryExceptPosts(max_retry_count=1))
     client.retry_handlers = handlers
 
 
-class ChannelPacer:
-    """Hands out send slots at most one per ``interval`` seconds per channel; callers sleep to their slot."""
-
-    def __init__(self, interval: float = POST_INTERVAL_SECONDS, *,
-                 monotonic: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self._interval = interval
-        self._monotonic = monotonic
-        self._sleep = sleep
-        self._lock = threading.Lock()
-        self._next: dict[str, float] = {}
-
-    def wait(self, channel: str) -> float:
-        """Block until ``channel`` may take another message; returns the seconds waited."""
-        with self._lock:
-            now = self._monotonic()
-            slot = max(now, self._next.get(channel, now))
-            self._next[channel] = slot + self._interval
-        delay = slot - now
-        if delay > 0:
-            self._sleep(delay)
-        return delay
-
-
 class SlackChat:
-    """handlers.chat.Chat (and ModalChat, MarkingChat) over a slack_sdk WebClient."""
+    """handlers.chat.Chat (and ModalChat, MarkingChat, ReachChat) over a slack_sdk WebClient."""
 
-    def __init__(self, client: WebClient, *, pacer: ChannelPacer | None = None) -> None:
+    def __init__(self, client: GovernedWebClient) -> None:
         add_retry_handlers(client)
         self._client = client
-        self._pacer = pacer or ChannelPacer()
         self._dm_channels: dict[str, str] = {}
         self._permalinks: dict[tuple[str, str], str] = {}
+        self._reach = ChannelReach(self._conversation_info)
 
     @property
-    def client(self) -> WebClient:
+    def client(self) -> GovernedWebClient:
         return self._client
 
     def post(self, channel: str, text: str, *, blocks: list[dict] | None = None,
              thread_ts: str | None = None) -> str:
-        self._pacer.wait(channel)
-        response = self._call("chat.postMessage", lambda: self._client.chat_postMessage(
+        response = self._posting(channel, "chat.postMessage", lambda: self._client.chat_postMessage(
             channel=channel, text=text, blocks=blocks or None, thread_ts=thread_ts, unfurl_links=False))
         return str(response["ts"])
+
+    # -- where the bot can post (handlers.chat.ReachChat) -------------------------------------------
+
+    def known_reach(self, channel: str) -> bool | None:
+        return self._reach.known(channel)
+
+    def can_post(self, channel: str) -> bool:
+        return self._reach.can_post(channel)
+
+    def _conversation_info(self, channel: str) -> Any:
+        try:
+            return self._client.conversations_info(channel=channel)["channel"]
+        except SlackApiError as exc:
+            return str(exc.response.get("error", "unknown")) if exc.response is not None else "unknown"
+        except (SlackClientError, OSError) as exc:
+            return f"unreachable ({type(exc).__name__})"
+
+    def _posting(self, channel: str, method: str, call: Callable[[], T]) -> T:
+        """A post: what it says of the channel is remembered (bot/slack_reach.py)."""
+        try:
+            response = self._call(method, call)
+        except ChannelUnreachable:
+            self._reach.refused(channel)
+            raise
+        self._reach.posted(channel)
+        return response
 
     def post_once(self, channel: str, text: str, *, mark: Mark, blocks: list[dict] | None = None,
                   thread_ts: str | None = None, look_first: bool = False) -> str:
@@ -138,9 +143,8 @@ class SlackChat:
             if found is not None:
                 log.info("outbox %s (%s) was posted already, as %s", mark.outbox_id, mark.step, found)
                 return found
-        self._pacer.wait(channel)
         metadata = {"event_type": OUTBOX_EVENT, "event_payload": _payload(mark)}
-        response = self._call("chat.postMessage", lambda: self._client.chat_postMessage(
+        response = self._posting(channel, "chat.postMessage", lambda: self._client.chat_postMessage(
             channel=channel, text=text, blocks=blocks or None, thread_ts=thread_ts, unfurl_links=False,
             metadata=metadata))
         return str(response["ts"])
@@ -154,15 +158,13 @@ class SlackChat:
             channel=channel, ts=ts, text=text, blocks=blocks or []))
 
     def post_ephemeral(self, channel: str, user: str, text: str, *, blocks: list[dict] | None = None) -> None:
-        self._pacer.wait(channel)
-        self._call("chat.postEphemeral", lambda: self._client.chat_postEphemeral(
+        self._posting(channel, "chat.postEphemeral", lambda: self._client.chat_postEphemeral(
             channel=channel, user=user, text=text, blocks=blocks or None))
 
     def dm(self, user: str, text: str, *, blocks: list[dict] | None = None) -> None:
         self.post(self._dm_channel(user), text, blocks=blocks)
 
     def upload_file(self, channel: str, path: Path, *, title: str, thread_ts: str | None = None) -> None:
-        self._pacer.wait(channel)
         self._call("files_upload_v2", lambda: self._client.files_upload_v2(
             channel=channel, file=str(path), filename=path.name, title=title, thread_ts=thread_ts))
 
@@ -229,10 +231,14 @@ class SlackChat:
     def _call(self, method: str, call: Callable[[], T]) -> T:
         try:
             return call()
+        except RateLimitedError as exc:
+            log.info("Slack %s held back: %s", method, exc)
+            raise ChatBusy(str(exc), retry_after=exc.retry_after) from None
         except SlackApiError as exc:
             error = exc.response.get("error", "unknown") if exc.response is not None else "unknown"
             log.warning("Slack %s failed: %s", method, error)
-            raise ChatUnavailable(f"Slack {method} failed: {error}") from None
+            kind = ChannelUnreachable if error in UNREACHABLE_ERRORS else ChatUnavailable
+            raise kind(f"Slack {method} failed: {error}") from None
         except (SlackClientError, OSError) as exc:
             log.warning("Slack %s unreachable: %s", method, type(exc).__name__)
             raise ChatUnavailable(f"Slack {method} unreachable: {type(exc).__name__}") from None

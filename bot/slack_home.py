@@ -13,27 +13,26 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from slack_bolt import Ack, App
 
+from bot.slack_chat import SlackChat
+from bot.slack_people import request_team
 from handlers import router
 from handlers.chat import ChatUnavailable
-from handlers.context import CommandContext
+from handlers.context import CommandContext, Services
 from handlers.home import HomeRefresher
 from jobs.records import Actor
-
-if TYPE_CHECKING:
-    from bot.slack_app import SlackSurface
 
 log = logging.getLogger(__name__)
 
 HOME_VIA = "home"  # Actor.via of the App Home tab: Slack's, but no channel
 
 
-def register(app: App, surface: SlackSurface, refresher: HomeRefresher) -> None:
+def register(app: App, home: HomeTab) -> None:
     """Listeners for the home tab; call before the catch-all action listener (Bolt runs the first match)."""
-    home = HomeTab(surface, refresher)
     app.event("app_home_opened")(home.on_opened)
     app.action(re.compile(".+"), matchers=[from_home_tab])(home.on_action)
 
@@ -44,32 +43,38 @@ def from_home_tab(body: dict[str, Any]) -> bool:
 
 
 class HomeTab:
-    def __init__(self, surface: SlackSurface, refresher: HomeRefresher) -> None:
-        self.surface = surface
+    """The tab's two listeners, with what they need: the services, the chat, who is in which user group
+    (TRAINBOT_ADMINS may name groups) and the refresher that publishes a person's home."""
+
+    def __init__(self, services: Services, chat: SlackChat, groups_of: Callable[[str, str | None], tuple[str, ...]],
+                 refresher: HomeRefresher) -> None:
+        self.services = services
+        self.chat = chat
+        self.groups_of = groups_of
         self.refresher = refresher
 
-    def on_opened(self, event: dict[str, Any]) -> None:
+    def on_opened(self, event: dict[str, Any], body: dict[str, Any]) -> None:
         if event.get("tab", "home") != "home":
             return  # the Messages tab opened: nothing to publish
         user = str(event.get("user") or "")
         if user:
-            actor = self._actor(user)
-            self.surface.services.run_later(lambda: self._publish(actor))
+            actor = self._actor(user, request_team(body))  # the envelope's team_id: the user's workspace
+            self.services.run_later(lambda: self._publish(actor))
 
     def on_action(self, ack: Ack, body: dict[str, Any], action: dict[str, Any]) -> None:
         ack()
-        user = str((body.get("user") or {}).get("id") or "")
+        user, team = str((body.get("user") or {}).get("id") or ""), request_team(body)
         action_id, value = str(action.get("action_id", "")), str(action.get("value", "") or "")
-        self.surface.services.run_later(lambda: self._press(user, action_id, value))
+        self.services.run_later(lambda: self._press(user, team, action_id, value))
 
-    def _press(self, user: str, action_id: str, value: str) -> None:
-        chat = self.surface.chat
+    def _press(self, user: str, team: str | None, action_id: str, value: str) -> None:
+        chat = self.chat
         try:
             channel = chat.dm_channel(user)  # where the answer, and any later word on it, goes
         except ChatUnavailable as exc:
             log.warning("no DM channel with %s for a home tab answer: %s", user, exc)
             channel = ""
-        ctx = CommandContext(actor=self._actor(user), channel_id=channel, services=self.surface.services, chat=chat)
+        ctx = CommandContext(actor=self._actor(user, team), channel_id=channel, services=self.services, chat=chat)
         reply = router.run_action(ctx, action_id, value)
         if reply is not None and channel:
             try:
@@ -81,5 +86,7 @@ class HomeTab:
     def _publish(self, actor: Actor) -> None:
         self.refresher.opened(actor)
 
-    def _actor(self, user: str) -> Actor:
-        return Actor(user_id=user, channel_id=None, groups=self.surface.groups.groups_of(user), via=HOME_VIA)
+    def _actor(self, user: str, team: str | None) -> Actor:
+        """Who pressed: their user groups in the workspace the request came from (an org-wide install lists
+        groups per workspace)."""
+        return Actor(user_id=user, channel_id=None, groups=self.groups_of(user, team), via=HOME_VIA)

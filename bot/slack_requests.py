@@ -6,6 +6,10 @@ is parsed, and one that does not parse, or lacks the fields its kind needs (with
 one log line: Bolt and the listeners read those fields without checking them, and a surprise there would
 be a 500 and a traceback. Socket Mode needs none of this: its envelopes come over a socket opened with the
 app token.
+
+One unsigned request is answered: Slack's certificate probe (``ssl_check=1`` and a token, form-encoded, sent
+without a signature when the Request URL is saved and now and then after). It gets an empty 200 and nothing
+else happens; a body with any other field in it is refused like every unsigned request.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from slack_sdk.signature import Clock, SignatureVerifier
 
 MAX_CLOCK_SKEW_SECONDS = 300  # SignatureVerifier's own rule: older requests may be replays
 MAX_BODY_BYTES = 1 << 20  # Slack's payloads are far smaller; a bigger body is read no further
+MAX_UNSIGNED_BYTES = 1024  # what is read of an unsigned request: an ssl_check is a few dozen bytes
+SSL_CHECK_FIELDS = frozenset({"ssl_check", "token"})
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"
 
@@ -71,6 +77,20 @@ def unverified_reason(verifier: SignatureVerifier, headers: Headers, body: bytes
     if not verifier.is_valid(text, timestamp, header(headers, "x-slack-signature")):
         return "signature does not match"
     return None
+
+
+def is_ssl_check(headers: Headers, body: bytes | None) -> bool:
+    """Slack's unsigned certificate probe: a form body of exactly ``ssl_check=1`` and its token."""
+    kind = header(headers, "content-type").split(";", 1)[0].strip().lower()
+    if body is None or kind != FORM or len(body) > MAX_UNSIGNED_BYTES:
+        return False
+    try:
+        fields = parse_qsl(body.decode("ascii"), keep_blank_values=True, strict_parsing=True)
+    except (UnicodeDecodeError, ValueError):
+        return False
+    names = [name for name, _ in fields]
+    return (len(names) == len(set(names)) and set(names) <= SSL_CHECK_FIELDS
+            and dict(fields).get("ssl_check") == "1")
 
 
 def parse(body: bytes, content_type: str) -> Body:

@@ -15,14 +15,19 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from bot.scheduler import SchedulerRunner, build_schedule_service
-from jobs.backend import TrainingBackend
+from bot.code_hosts import CodeHostPool
+from bot.scheduler import SchedulerRunner, build_schedule_service, scheduler_tables
+from jobs.backend import OwnCodeGate, SimulatedSpot, TrainingBackend
 from jobs.clock import Clock, SystemClock
+from jobs.endings.stage import EndingStage, Step
+from jobs.endings.steps import TrainbotSteps
 from jobs.errors import ConfigError
+from jobs.lifecycle.controller import Controller
+from jobs.lifecycle.cycle import CountedBackend
 from jobs.lifecycle.progress import ProgressTracker
 from jobs.lifecycle.service import JobService
-from jobs.lifecycle.state import LineageStatus
 from jobs.lifecycle.watcher import Watcher
+from jobs.lineage import LineageStatus
 from jobs.planning.reader import CommandReader
 from jobs.recipes.service import RecipeBook
 from jobs.settings import Settings
@@ -32,7 +37,7 @@ if TYPE_CHECKING:
     from handlers.chat import Chat
     from handlers.context import Services
     from jobs.endpoints.port import EndpointBackend
-    from jobs.endpoints.service import EndpointService
+    from jobs.releases.steps import ReleaseSteps
 
 log = logging.getLogger(__name__)
 
@@ -45,17 +50,22 @@ class Runtime:
     settings: Settings
     clock: Clock
     store: Store
-    backend: TrainingBackend
+    backend: TrainingBackend  # as built (the services count its calls through a CountedBackend)
     jobs: JobService
     watcher: Watcher
+    endings: EndingStage  # what follows each ending (reports, curves, history, announcements)
     schedules: Any = None
     endpoints: Any = None
+    registry: Any = None  # jobs.registry.service.RegistryService: the model packages
+    releases: ReleaseSteps | None = None  # register and promote what completed (steps of the ending stage)
     recipes: Any = None
-    events: Any = None  # jobs.backends.sagemaker_events.EventQueue when TRAINBOT_EVENTS_QUEUE is set
+    events: Any = None  # jobs.backends.sagemaker.events.EventQueue when TRAINBOT_EVENTS_QUEUE is set
     progress: ProgressTracker | None = None  # live progress on the cards, at most every TRAINBOT_PROGRESS_SECONDS
+    simulation: SimulatedSpot | None = None  # the backend's spot simulation (local), for the console's reclaims
     executor: ThreadPoolExecutor = field(
         default_factory=lambda: ThreadPoolExecutor(BACKGROUND_WORKERS, thread_name_prefix="trainbot-work")
     )
+    code_hosts: CodeHostPool = field(default_factory=CodeHostPool)  # git and code tarballs: never the executor
     stop_event: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _scheduler: Any = None
@@ -73,9 +83,11 @@ class Runtime:
                 clock=self.clock,
                 schedules=self.schedules,
                 endpoints=self.endpoints,
+                registry=self.registry,
                 run_later=self.run_later,
                 backend=self.backend,
                 recipes=self.recipes,
+                run_on_code_host=self.code_hosts.submit,
             )
         return self._services
 
@@ -115,7 +127,7 @@ class Runtime:
         """One cycle of everything that is followed: training jobs, their live progress (when due), then
         endpoints and their idle note.
         Returns what `trainbot watch --once` prints."""
-        lines = [self.watcher.poll_once().summary()]
+        lines = [self.watcher.poll_once().summary(), self.endings.process_due().summary()]
         if self.progress is not None:
             lines.append(self.progress.poll_once().summary())
         if self.endpoints is not None:
@@ -136,8 +148,10 @@ class Runtime:
 
     def handle_events(self, wait_seconds: float) -> int:
         """Receive what the events queue holds (waiting up to `wait_seconds` for it), look at each job it
-        names now, and delete each message once its change is recorded; a job whose check failed keeps its
-        message, which comes back after the queue's visibility timeout. Returns the messages deleted."""
+        names now, and delete each message once its change is recorded. A job whose check failed (or
+        raised) keeps its messages, which come back after the queue's visibility timeout; a message that
+        could not be read is kept too, so SQS sets it aside in the dead-letter queue after a few receives.
+        Nothing one message holds stops the others. Returns the messages deleted."""
         notices = self.events.receive(wait_seconds)
         done = [n.receipt for n in notices if n.kind == "other"]
         by_job: dict[str, list[str]] = {}
@@ -145,19 +159,31 @@ class Runtime:
             if notice.kind == "training":
                 by_job.setdefault(notice.name, []).append(notice.receipt)
         for job_name, receipts in by_job.items():
-            result = self.watcher.check_now([job_name])
-            if result.errors:
-                log.warning("event for %s not handled yet: %s", job_name, "; ".join(result.errors))
-            else:
+            if self._checked(job_name):
                 done += receipts
+        if by_job:
+            self.endings.process_due()  # an ending an event brought is reported now, not at the next cycle
         endpoint_receipts = [n.receipt for n in notices if n.kind == "endpoint"]
-        if endpoint_receipts:
-            if self.endpoints is not None:
-                self.endpoints.poll_once()  # follows every endpoint still creating, one describe each
+        if endpoint_receipts and self._logged(self._follow_endpoints):
             done += endpoint_receipts
         if done:
             self.events.delete(done)
         return len(done)
+
+    def _checked(self, job_name: str) -> bool:
+        try:
+            result = self.watcher.check_now([job_name])
+        except Exception:
+            log.exception("event for %s not handled yet; its message comes back", job_name)
+            return False
+        if result.errors:
+            log.warning("event for %s not handled yet: %s", job_name, "; ".join(result.errors))
+            return False
+        return True
+
+    def _follow_endpoints(self) -> None:
+        if self.endpoints is not None:
+            self.endpoints.poll_once()  # follows every endpoint still creating, one describe each
 
     def _watch_events_until_stopped(self) -> None:
         next_cycle = 0.0  # time.monotonic() of the next full cycle; the first runs at once
@@ -192,6 +218,7 @@ class Runtime:
                     waits.append((lineage.next_relaunch_at - now).total_seconds())
             if due:
                 self.watcher.check_now(due)
+                self.endings.process_due()
         except Exception:
             log.exception("relaunching failed; the next cycle retries")
         return min(waits, default=float("inf"))
@@ -210,6 +237,7 @@ class Runtime:
             self._scheduler.shutdown()
         for thread in self._threads:
             thread.join(timeout=10)
+        self.code_hosts.shutdown()
         self.executor.shutdown(wait=True, cancel_futures=False)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
@@ -246,49 +274,110 @@ def build_runtime(
     backend: TrainingBackend | None = None,
     with_backend: bool = True,
     force_local: bool = False,
+    trusted_terminal: bool = False,
+    aws_session: Any = None,
 ) -> Runtime:
+    """``trusted_terminal``: the console or demo, one person on their own machine, who may run own code on the
+    local backend without its sandbox (serve and the CLI refuse it there). ``aws_session``: the boto3 session
+    SageMaker hosting and the registry use (default: built from the settings, as the training backend's is)."""
     clock = clock or SystemClock()
-    store = Store(settings.database_url, clock=clock)
-    store.migrate()
-    backend = backend or _build_backend(settings, clock, force_local=force_local)
+    store = open_store(settings, clock)
+    backend = backend or _build_backend(settings, clock, force_local=force_local, trusted_terminal=trusted_terminal)
+    counted = CountedBackend(backend)  # every backend call of a watch cycle is counted, on its own thread
     recipes = RecipeBook(store=store, settings=settings, clock=clock)
-    jobs = JobService(store=store, backend=backend, settings=settings, clock=clock, reader=command_reader(settings, recipes))
-    watcher = Watcher(store=store, backend=backend, clock=clock, settings=settings)
-    runtime = Runtime(settings=settings, clock=clock, store=store, backend=backend, jobs=jobs, watcher=watcher)
+    gate = backend.own_code_refusal if isinstance(backend, OwnCodeGate) else None
+    reader = command_reader(settings, recipes, code_refusal=gate)
+    simulation = backend if isinstance(backend, SimulatedSpot) else None
+    jobs = JobService(store=store, backend=counted, settings=settings, clock=clock, reader=reader,
+                      simulation=simulation)
+    runtime = Runtime(settings=settings, clock=clock, store=store, backend=backend, jobs=jobs,
+                      watcher=build_watcher(store, counted, clock, settings),
+                      endings=build_endings(store, counted, clock, settings))
     runtime.recipes = recipes
+    runtime.simulation = simulation
     runtime.progress = ProgressTracker(store, backend, clock, settings)
     runtime.schedules = _build_schedules(runtime)
-    runtime.endpoints = _build_endpoints(runtime)
+    _build_endpoints_and_registry(runtime, aws_session)
+    # The stage was built before the rooms its release steps need: built again, now with them.
+    runtime.endings = build_endings(store, counted, clock, settings, runtime.releases)
     runtime.events = _build_events(runtime)
     return runtime
 
 
-def command_reader(settings: Settings, recipes: RecipeBook | None) -> CommandReader:
-    """How /train text becomes a spec here: the team's recipes, then own code allowed and pinned with git."""
+def build_watcher(store: Store, backend: TrainingBackend, clock: Clock, settings: Settings) -> Watcher:
+    """The watcher and the controller it hands what it sees to, on the backend counted (a CountedBackend
+    given is used as is, so every caller of one runtime shares one count)."""
+    counted = backend if isinstance(backend, CountedBackend) else CountedBackend(backend)
+    controller = Controller.from_settings(store, counted, clock, settings)
+    return Watcher(store=store, backend=counted, clock=clock, settings=settings, controller=controller, meter=counted)
+
+
+def build_endings(
+    store: Store, backend: TrainingBackend, clock: Clock, settings: Settings, releases: ReleaseSteps | None = None
+) -> EndingStage:
+    return EndingStage(store, clock, ending_steps(store, backend, clock, settings, releases))
+
+
+def ending_steps(
+    store: Store, backend: TrainingBackend, clock: Clock, settings: Settings, releases: ReleaseSteps | None = None
+) -> list[Step]:
+    """What follows each ending, in order: the report and what it draws and keeps, then what a completion
+    releases (its model package registered, promoted when its schedule says so). A step of another room is
+    one more line here (jobs/endings/stage.py)."""
+    return [
+        *TrainbotSteps(store, backend, clock, settings.trainbot_home / "plots").all(),
+        *(releases.all() if releases is not None else []),
+    ]
+
+
+def command_reader(
+    settings: Settings, recipes: RecipeBook | None, *, code_refusal: Callable[[], str | None] | None = None
+) -> CommandReader:
+    """How /train text becomes a spec here: the team's recipes, then own code allowed (by the allowlist and by
+    the backend: ``code_refusal``) and pinned with git."""
+    from jobs.backends.archives import ArchiveLimits
     from jobs.backends.code_sources import GitCodeSources
 
+    # The plan reads the pinned entry from the checkout the launch then uses: the same caps apply to both.
+    git = GitCodeSources(settings.trainbot_home, limits=ArchiveLimits(max_bytes=settings.trainbot_code_max_bytes))
     return CommandReader.of(
         max_instances=settings.trainbot_max_instances,
         code_sources=settings.trainbot_code_sources,
-        resolver=GitCodeSources(settings.trainbot_home),
+        resolver=git,
         recipes=recipes.lookup if recipes is not None else None,
+        entries=git,
+        code_refusal=code_refusal,
     )
 
 
 def recipe_book(settings: Settings, clock: Clock | None = None) -> RecipeBook:
     """The recipes alone (``trainbot parse``, ``trainbot recipe ...``): no backend is built."""
     clock = clock or SystemClock()
+    return RecipeBook(store=open_store(settings, clock), settings=settings, clock=clock)
+
+
+def open_store(settings: Settings, clock: Clock) -> Store:
+    """The store at the newest schema with every table, APScheduler's included: created here, once, under
+    the migration lock, before any thread of this process starts (a thread creating a table while another
+    writes is refused on SQLite)."""
     store = Store(settings.database_url, clock=clock)
-    store.migrate()
-    return RecipeBook(store=store, settings=settings, clock=clock)
+    store.migrate(foreign=scheduler_tables(store.engine))
+    return store
 
 
-def _build_backend(settings: Settings, clock: Clock, *, force_local: bool) -> TrainingBackend:
+def _build_backend(settings: Settings, clock: Clock, *, force_local: bool, trusted_terminal: bool) -> TrainingBackend:
     if force_local or settings.backend == "local":
-        from jobs.backends.local import LocalBackend
+        from jobs.backends.archives import ArchiveLimits
+        from jobs.backends.local.sandbox import Sandbox
+        from jobs.backends.local.training_jobs import LocalBackend
 
-        return LocalBackend(settings.trainbot_home, clock=clock, offline=not settings.local_uses_hub)
-    from jobs.backends.sagemaker import SageMakerBackend
+        return LocalBackend(
+            settings.trainbot_home, clock=clock, offline=not settings.local_uses_hub,
+            sandbox=Sandbox(settings.trainbot_local_sandbox), own_code_unsandboxed=trusted_terminal,
+            code_limits=ArchiveLimits(max_bytes=settings.trainbot_code_max_bytes),
+            data_roots=settings.local_data_roots,
+        )
+    from jobs.backends.sagemaker.training_jobs import SageMakerBackend
 
     if not settings.trainbot_role_arn or not settings.trainbot_bucket:
         raise ConfigError(
@@ -306,25 +395,37 @@ def _build_events(runtime: Runtime) -> Any:
     """The events queue, when TRAINBOT_EVENTS_QUEUE is set and the jobs run on SageMaker (which sends them)."""
     if not runtime.settings.uses_events or runtime.backend.name != "sagemaker":
         return None
-    from jobs.backends.sagemaker_events import EventQueue
+    from jobs.backends.sagemaker.events import EventQueue
 
     return EventQueue.from_settings(runtime.settings)
 
 
-def _build_endpoints(runtime: Runtime) -> EndpointService | None:
+def _build_endpoints_and_registry(runtime: Runtime, aws_session: Any) -> None:
     """Endpoints live where the models were trained: local processes for local jobs, SageMaker for
-    SageMaker jobs; a backend of any other kind (a test double) has none."""
+    SageMaker jobs; a backend of any other kind (a test double) has none. The registry keeps every model
+    package in the store, and on SageMaker (TRAINBOT_REGISTRY=on) in its Model Registry too."""
     from jobs.endpoints.service import EndpointService
+    from jobs.registry.service import RegistryService
+    from jobs.releases.steps import ReleaseSteps
 
-    backend: EndpointBackend
+    settings, remote = runtime.settings, None
+    backend: EndpointBackend | None = None
     if runtime.backend.name == "local":
-        from jobs.backends.local_endpoints import LocalEndpoints
+        from jobs.backends.local.endpoints import LocalEndpoints
 
-        backend = LocalEndpoints(runtime.settings.trainbot_home, runtime.clock)
+        backend = LocalEndpoints(settings.trainbot_home, runtime.clock)
     elif runtime.backend.name == "sagemaker":
-        from jobs.backends.sagemaker_endpoints import from_settings
+        from jobs.backends.sagemaker.endpoints import SageMakerEndpoints, from_settings
+        from jobs.backends.sagemaker.registry import SageMakerRegistry
 
-        backend = from_settings(runtime.settings)
-    else:
-        return None
-    return EndpointService(store=runtime.store, backend=backend, settings=runtime.settings, clock=runtime.clock)
+        sagemaker = from_settings(settings) if aws_session is None else SageMakerEndpoints(
+            aws_session, role_arn=settings.trainbot_role_arn, bucket=settings.trainbot_bucket,
+            region=settings.aws_region or None)
+        backend, remote = sagemaker, SageMakerRegistry(sagemaker)
+    registry = RegistryService(store=runtime.store, remote=remote, settings=settings, clock=runtime.clock)
+    runtime.registry = registry
+    if backend is not None:
+        runtime.endpoints = EndpointService(store=runtime.store, backend=backend, settings=settings,
+                                            clock=runtime.clock, registry=registry)
+    runtime.releases = ReleaseSteps(store=runtime.store, registry=registry, schedules=runtime.schedules,
+                                    endpoints=runtime.endpoints)

@@ -1,14 +1,20 @@
 """Block Kit builders that respect Slack's limits by construction.
 
 Every builder cuts its input to the limit it feeds, so no card can be refused for size however long a
-job name, spec, reason or log is. Limits (Slack's reference): 50 blocks a message, 3,000 characters a
-section text, 10 fields a section (2,000 each), 75 characters a button's text (2,000 its value), 150 a
-header, 10 elements a context, 25 elements an actions block, 24 a modal's title and buttons.
+job name, spec, reason or log is. Limits (Slack's reference): 50 blocks a message and 100 a modal or Home
+view, 3,000 characters a section text, 10 fields a section (2,000 each), 75 characters a button's text
+(2,000 its value), 150 a header, 10 elements a context, 25 elements an actions block, 24 a modal's title and
+buttons, 3,000 a view's private_metadata.
+
+Each surface has its builder that enforces its own block limit (``message`` for messages, ``modal_view`` and
+``home_view`` for views); a builder that lists things takes the ``Surface`` it draws for and shows what fits,
+then says how many more there are and where to see them (``more``), rather than letting the cut note fall.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 MAX_BLOCKS = 50
@@ -24,9 +30,24 @@ MAX_ACTIONS = 25
 MAX_MODAL_TITLE = 24
 MAX_ID = 255
 MAX_FALLBACK_TEXT = 3000  # the top-level `text` (notifications); Slack truncates past 40,000
+MAX_PRIVATE_METADATA = 3000
+MAX_INPUT = 3000  # a plain_text_input's max_length and initial_value
 ELLIPSIS = "…"
 
 Block = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Surface:
+    """Where blocks are drawn, and how many Slack takes there."""
+
+    name: str
+    max_blocks: int
+
+
+MESSAGE = Surface("message", MAX_BLOCKS)  # chat.postMessage, chat.update, ephemerals, a command's answer
+MODAL = Surface("modal", MAX_MODAL_BLOCKS)
+HOME = Surface("home", MAX_MODAL_BLOCKS)  # the App Home tab (views.publish)
 
 
 def truncate(text: str, limit: int) -> str:
@@ -108,12 +129,13 @@ def image(url: str, alt: str) -> Block:
 
 
 def code(lines: Sequence[str], *, link: str | None = None, cut_note: str = "") -> Block:
-    """A log tail as a code section: the newest lines kept, older ones cut with a link to the full log."""
+    """A log tail as a code section: the newest lines kept (escaped: Slack reads mentions and links inside
+    code blocks too), older ones cut with a link to the full log."""
     body_limit = MAX_TEXT - 8 - (len(cut_note) + len(link or "") + 8 if (cut_note or link) else 0)
     kept: list[str] = []
     used = 0
     for line in reversed(list(lines)):
-        line = truncate(line.replace("```", "'''"), 500)
+        line = escape(truncate(line.replace("```", "'''"), 500))
         if used + len(line) + 1 > body_limit:
             break
         kept.append(line)
@@ -137,6 +159,34 @@ def message(blocks: Sequence[Block], *, limit: int = MAX_BLOCKS, cut_note: str =
     keep = limit - 1 - len(tail)
     note = context(cut_note.format(count=len(blocks) - keep - len(tail)) if cut_note else ELLIPSIS)
     return blocks[:keep] + [note] + tail
+
+
+def modal_view(blocks: Sequence[Block], *, title: str, callback_id: str, submit: str | None = None,
+               close: str | None = None, private_metadata: str = "", cut_note: str = "") -> dict[str, Any]:
+    """A modal within its limits: 100 blocks, a title and buttons of 24 characters, metadata of 3,000."""
+    if len(private_metadata) > MAX_PRIVATE_METADATA:
+        raise ValueError("a modal's private_metadata over 3,000 characters cannot round-trip; store it instead")
+    view: dict[str, Any] = {"type": "modal", "callback_id": truncate(callback_id, MAX_ID),
+                            "title": plain(title, MAX_MODAL_TITLE),
+                            "blocks": message(blocks, limit=MODAL.max_blocks, cut_note=cut_note)}
+    if submit:
+        view["submit"] = plain(submit, MAX_MODAL_TITLE)
+    if close:
+        view["close"] = plain(close, MAX_MODAL_TITLE)
+    if private_metadata:
+        view["private_metadata"] = private_metadata
+    return view
+
+
+def home_view(blocks: Sequence[Block], *, cut_note: str = "") -> dict[str, Any]:
+    """The App Home tab's view: at most 100 blocks."""
+    return {"type": "home", "blocks": message(blocks, limit=HOME.max_blocks, cut_note=cut_note)}
+
+
+def more(count: int, note: str) -> Block | None:
+    """The line under a list that shows only part of what it has: ``note`` says how many more and where they
+    are (e.g. "… and 12 more: /jobs active lists them all."); None when nothing was left out."""
+    return context(note.format(count=count)) if count > 0 else None
 
 
 def fallback(text: str) -> str:

@@ -6,17 +6,20 @@ Built only from `handlers.blocks` builders, so every card stays within Slack's l
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from handlers import blocks as bk
 from handlers import texts
 from jobs.lifecycle.progress import LiveProgress
+from jobs.lineage import Attempt, Lineage
+from jobs.planning.batch import change_words, stored_batch, used_batch
 from jobs.planning.forecast import Forecast, summary
 from jobs.planning.own_code import SPOT_RESUME_NOTE
 from jobs.planning.plan import code_label
+from jobs.planning.plan_text import own_checkpoint_line
 from jobs.planning.pricing import CostEstimate, cost_of, usd
 from jobs.planning.spec import JobSpec
-from jobs.store.store import Attempt, Lineage
 
 ACTION_LAUNCH = "train.launch"
 ACTION_EDIT = "train.edit"
@@ -25,6 +28,8 @@ ACTION_STOP = "job.stop"
 ACTION_DEPLOY = "job.deploy"
 ACTION_LOGS = "job.logs"
 ACTION_UNDEPLOY = "endpoint.undeploy"
+ACTION_PROMOTE = "endpoint.promote"
+ACTION_ROLLBACK = "endpoint.rollback"
 EDIT_CALLBACK = "train.edit_submit"
 
 
@@ -34,8 +39,8 @@ EDIT_CALLBACK = "train.edit_submit"
 def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
     pairs = [
         ("Task", spec.task or "own code"),
-        ("Model", bk.escape(spec.model)),
-        ("Dataset", bk.escape(spec.train_data or spec.dataset)),
+        ("Model", bk.escape(spec.model_label)),
+        ("Dataset", bk.escape(spec.data_label)),
         ("Instances", f"{spec.instance_count} x {spec.instance_type}"),
         ("Distribution", spec.distribution),
         ("Spot", "yes" if spec.spot else "no"),
@@ -50,6 +55,9 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
     if spec.own_code:
         code = texts.PLAN_CODE_VALUE.format(code=code_label(spec), entry=spec.entry)
         pairs.append((texts.PLAN_CODE, bk.escape(code)))
+    channels = spec.input_channels()
+    if len(channels) > 1 or (channels and spec.own_code):  # the script reads each as SM_CHANNEL_<NAME>
+        pairs.append(("Channels", bk.escape(", ".join(f"{name} {uri}" for name, uri in channels.items()))))
     if spec.hyperparameters:
         hps = ", ".join(f"{k}={v}" for k, v in spec.hyperparameters.items())
         pairs.append(("Hyperparameters", bk.escape(hps)))
@@ -91,11 +99,15 @@ def _spot_comparison(cost: CostEstimate, forecast: Forecast | None) -> tuple[flo
 
 def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, scaling_note: str | None,
               max_job_usd: float | None, spot_pct_if_on: float | None = None,
-              forecast: Forecast | None = None, run_forecast: Forecast | None = None) -> list[bk.Block]:
-    """The ephemeral card /train answers with: spec, forecast, cost, spot savings, the backend's note, buttons."""
-    title = texts.PLAN_TITLE.format(model=spec.model, count=spec.instance_count, instance=spec.instance_type)
+              forecast: Forecast | None = None, run_forecast: Forecast | None = None,
+              in_dm: bool = False) -> list[bk.Block]:
+    """The ephemeral card /train answers with: spec, forecast, cost, spot savings, the backend's note, buttons.
+    ``in_dm``: the bot cannot post where the card was asked for, so Launch carries the job in a DM."""
+    title = texts.PLAN_TITLE.format(model=spec.model_label, count=spec.instance_count, instance=spec.instance_type)
     lines = cost_lines(cost, max_job_usd, forecast, spec.instance_count)
-    if spec.checkpoint_minutes is not None:
+    if spec.own_code:  # what the team's script saves, and what the spot entry adds to its Trainer
+        lines.append(own_checkpoint_line(spec))
+    elif spec.checkpoint_minutes is not None:
         lines.append(checkpoint_line(spec.checkpoint_minutes, spec.hyperparameters.get("save_steps")))
     if not spec.spot and spot_pct_if_on:
         lines.append(texts.PLAN_SPOT_OFF.format(pct=spot_pct_if_on))
@@ -108,8 +120,11 @@ def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, sc
         if run_forecast is not None and run_forecast.seconds is not None:
             scaling_note += texts.PLAN_RUN_FORECAST.format(summary=summary(run_forecast), basis=run_forecast.basis)
         body.append(bk.context(texts.PLAN_SCALING.format(note=bk.escape(scaling_note))))
+    launch = texts.BUTTON_LAUNCH_DM if in_dm else texts.BUTTON_LAUNCH
+    if in_dm:
+        body.append(bk.context(texts.PLAN_IN_DM.format(button=launch)))
     body.append(bk.actions([
-        bk.button(texts.BUTTON_LAUNCH, ACTION_LAUNCH, value, style="primary"),
+        bk.button(launch, ACTION_LAUNCH, value, style="primary"),
         bk.button(texts.BUTTON_EDIT, ACTION_EDIT, value),
         bk.button(texts.BUTTON_CANCEL, ACTION_CANCEL, value),
     ], block_id="plan"))
@@ -119,7 +134,7 @@ def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, sc
 def plan_fallback(spec: JobSpec, cost: CostEstimate, forecast: Forecast | None = None) -> str:
     likely = summary(forecast) if forecast is not None and forecast.seconds is not None else \
         texts.PLAN_FALLBACK_WORST.format(worst=usd(cost.worst_case_usd))
-    return bk.fallback(texts.PLAN_FALLBACK.format(model=spec.model, count=spec.instance_count,
+    return bk.fallback(texts.PLAN_FALLBACK.format(model=spec.model_label, count=spec.instance_count,
                                                   instance=spec.instance_type, likely=likely))
 
 
@@ -136,15 +151,39 @@ def cost_so_far(lineage: Lineage) -> float:
     return sum(attempt_cost(a, lineage.spec.instance_count) for a in lineage.attempts)
 
 
+def billed(amount: float, backend: object) -> str:
+    """``$0.61``; a local run's as what SageMaker would bill for it (``$0.61 on SageMaker (free here)``)."""
+    return texts.LOCAL_PRICE.format(cost=usd(amount)) if backend == "local" else usd(amount)
+
+
 def status_word(status: str) -> str:
     return texts.STATUS_WORDS.get(status, status)
 
 
-def attempt_line(attempt: Attempt) -> str:
+def attempt_line(attempt: Attempt, lineage: Lineage | None = None) -> str:
+    """``2 on ml.g5.xlarge (spot): 1 GPU as planned, Training``: a relaunch says what its type changed."""
     market = "spot" if attempt.spot else "on-demand"
     detail = f", {attempt.secondary_status}" if attempt.secondary_status else ""
     return texts.ATTEMPT_LINE.format(number=attempt.number, instance=attempt.instance_type, market=market,
-                                     detail=detail)
+                                     change=attempt_change(attempt, lineage), detail=detail)
+
+
+def attempt_change(attempt: Attempt, lineage: Lineage | None) -> str:
+    """``: 4 GPUs, per-device batch 1 instead of 4, global batch 4 as planned`` for a relaunch; "" for the first."""
+    if lineage is None or attempt.number == 1:
+        return ""
+    spec = lineage.spec
+    planned = stored_batch(lineage.launch_plan, spec.hyperparameters, spec.instance_type, spec.instance_count)
+    used = used_batch(planned, attempt.instance_type, attempt.per_device_batch, attempt.accumulation)
+    return f": {change_words(planned, used)}"
+
+
+def current_forecast(lineage: Lineage, planned: Forecast | None) -> tuple[Forecast | None, str]:
+    """The forecast a card shows: the running attempt's on its type once a relaunch moved it, else the plan's."""
+    latest = lineage.latest_attempt
+    if latest is not None and latest.forecast:
+        return Forecast.from_json(latest.forecast), latest.instance_type
+    return planned, ""
 
 
 def launch_card(lineage: Lineage, *, forecast: Forecast | None = None,
@@ -156,22 +195,26 @@ def launch_card(lineage: Lineage, *, forecast: Forecast | None = None,
     running = not lineage.status.is_terminal() and live is not None
     pairs = [
         (texts.CARD_FIELDS["status"], status_word(status)),
-        (texts.CARD_FIELDS["attempt"], attempt_line(latest) if latest else "-"),
+        (texts.CARD_FIELDS["attempt"], attempt_line(latest, lineage) if latest else "-"),
     ]
     if running and live is not None:
-        pairs.append((texts.CARD_FIELDS["progress"], live.words_without_cost() or "-"))
+        pairs.append((texts.CARD_FIELDS["progress"], progress_value(live)))
     pairs += [
         (texts.CARD_FIELDS["instances"], f"{lineage.spec.instance_count} x {lineage.spec.instance_type}"),
-        (texts.CARD_FIELDS["cost"], usd(live.cost_so_far_usd if running and live else cost_so_far(lineage))),
+        (texts.CARD_FIELDS["cost"], billed(live.cost_so_far_usd if running and live else cost_so_far(lineage),
+                                           lineage.backend)),
     ]
+    forecast, moved_to = current_forecast(lineage, forecast)
     if forecast is not None and forecast.seconds is not None:
-        pairs.append((texts.CARD_FIELDS["forecast"], summary(forecast)))
+        words = summary(forecast)
+        pairs.append((texts.CARD_FIELDS["forecast"],
+                      texts.CARD_FORECAST_ON.format(summary=words, instance=moved_to) if moved_to else words))
     pairs += [
         (texts.CARD_FIELDS["estimate"], usd(lineage.estimated_usd)),
         (texts.CARD_FIELDS["launched_by"], mention(lineage.launched_by)),
     ]
     body: list[bk.Block] = [bk.header(texts.CARD_TITLE.format(lineage=lineage.id))]
-    body.append(bk.context(f"{bk.escape(lineage.spec.model)} on {bk.escape(lineage.spec.dataset)}",
+    body.append(bk.context(f"{bk.escape(lineage.spec.model_label)} on {bk.escape(lineage.spec.data_label)}",
                            texts.CARD_THREAD_HINT))
     body += bk.fields(pairs)
     buttons = card_buttons(lineage)
@@ -179,6 +222,19 @@ def launch_card(lineage: Lineage, *, forecast: Forecast | None = None,
         body.append(bk.actions(buttons, block_id="card"))
     text = texts.CARD_FALLBACK.format(lineage=lineage.id, status=status)
     return bk.fallback(text), bk.message(body, cut_note=texts.BLOCKS_CUT)
+
+
+def progress_value(live: LiveProgress) -> str:
+    words = live.words_without_cost() or "-"
+    if live.at is None:
+        return words
+    return texts.CARD_PROGRESS_AS_OF.format(progress=words, when=slack_time(live.at))
+
+
+def slack_time(moment: datetime) -> str:
+    """Slack's date token: shown in each reader's own time zone ("today at 2:04 PM"); UTC where it cannot be."""
+    utc = moment.astimezone(timezone.utc)
+    return f"<!date^{int(utc.timestamp())}^{{date_short_pretty}} {{time}}|{utc:%Y-%m-%d %H:%M} UTC>"
 
 
 def card_buttons(lineage: Lineage) -> list[bk.Block]:
@@ -225,7 +281,7 @@ def jobs_list(lineages: Sequence[Lineage], *, shown: int = 40) -> tuple[str, lis
     for lineage in lineages[:shown]:
         spec = lineage.spec
         body.append(bk.section(texts.JOBS_LINE.format(
-            lineage=lineage.id, status=status_word(lineage.status.value), model=bk.escape(spec.model),
+            lineage=lineage.id, status=status_word(lineage.status.value), model=bk.escape(spec.model_label),
             count=spec.instance_count, instance=spec.instance_type, spot=" spot" if spec.spot else "",
             estimate=usd(lineage.estimated_usd), user=lineage.launched_by)))
     if len(lineages) > shown:
@@ -242,6 +298,7 @@ def job_detail(lineage: Lineage, *, forecast: Forecast | None = None,
         job=a.job_name, status=a.status.value,
         secondary=f" ({a.secondary_status})" if a.secondary_status else "",
         reason=f": {bk.escape(a.failure_reason)}" if a.failure_reason else "",
+        instance=a.instance_type, market="spot" if a.spot else "on-demand", change=attempt_change(a, lineage),
     ) for a in lineage.attempts]
     if lines:
         body.append(bk.section(f"*{texts.JOB_ATTEMPTS}*\n" + "\n".join(lines)))
@@ -286,7 +343,7 @@ def _cost_pairs(report: dict[str, Any]) -> list[tuple[str, str]]:
     if report.get("code"):
         pairs.append((texts.REPORT_CODE, bk.escape(str(report["code"]))))
     if isinstance(report.get("cost_usd"), int | float):
-        cost = usd(float(report["cost_usd"]))
+        cost = billed(float(report["cost_usd"]), report.get("backend"))
         on_demand = report.get("on_demand_usd")
         if isinstance(on_demand, int | float) and report.get("spot_savings"):
             cost += f" (on demand: {usd(float(on_demand))})"
@@ -299,7 +356,16 @@ def _cost_pairs(report: dict[str, Any]) -> list[tuple[str, str]]:
     attempts = report.get("attempts")
     if isinstance(attempts, list) and len(attempts) > 1:
         pairs.append((texts.REPORT_ATTEMPTS, str(len(attempts))))
+        resumes = [_resume_words(a) for a in attempts if isinstance(a, dict) and a.get("resumed_from_step")]
+        if resumes:
+            pairs.append((texts.REPORT_RESUMED, "; ".join(resumes)))
     return pairs
+
+
+def _resume_words(attempt: dict[str, Any]) -> str:
+    redone = attempt.get("steps_redone")
+    lost = f"{redone} steps redone" if isinstance(redone, int) else "later steps redone"
+    return texts.REPORT_RESUMED_VALUE.format(number=attempt.get("number"), step=attempt["resumed_from_step"], lost=lost)
 
 
 def link(label: str, target: str) -> str:

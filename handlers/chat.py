@@ -15,6 +15,20 @@ class ChatUnavailable(Exception):
     """
 
 
+class ChatBusy(ChatUnavailable):
+    """The chat's rate limits held the call back and nothing was sent: it may go in ``retry_after`` seconds
+    (the outbox defers to then, a redraw waits for the next pass)."""
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class ChannelUnreachable(ChatUnavailable):
+    """The chat will not take posts in this conversation from the bot, now or on a retry (Slack: a DM
+    between people, a private channel it was not invited to, an archived channel)."""
+
+
 class Chat(Protocol):
     def post(self, channel: str, text: str, *, blocks: list[dict] | None = None,
              thread_ts: str | None = None) -> str:
@@ -86,3 +100,23 @@ class HomeChat(Protocol):
     """An optional extension: surfaces with a per-user home tab (Slack's views.publish)."""
 
     def publish_home(self, user: str, view: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ReachChat(Protocol):
+    """An optional extension for surfaces where a person can talk to the bot from a conversation the bot
+    cannot post in (Slack: a slash command works in a DM between people or a private channel the bot is
+    not in; chat.postMessage there fails). A job's card and thread need a conversation that takes posts."""
+
+    def known_reach(self, channel: str) -> bool | None:
+        """What ``can_post(channel)`` would say, when it is known without asking the platform (so on an ack
+        path); None when it is not."""
+        ...
+
+    def can_post(self, channel: str) -> bool:
+        """Whether the bot can post (and keep a thread) in ``channel``; may ask the platform."""
+        ...
+
+    def dm_channel(self, user: str) -> str:
+        """The bot's own direct-message conversation with ``user`` (it can always post there)."""
+        ...

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from handlers.chat import Chat
+from handlers.blocks import MAX_TEXT, escape, truncate
+from handlers.chat import Chat, ChatUnavailable, Reply
+from handlers.texts import UNEXPECTED_ERROR
 from jobs.clock import Clock
+from jobs.errors import TrainbotError
 from jobs.records import Actor
 from jobs.settings import Settings
 
@@ -17,8 +21,11 @@ if TYPE_CHECKING:
     from jobs.endpoints.service import EndpointService
     from jobs.lifecycle.service import JobService
     from jobs.recipes.service import RecipeBook
+    from jobs.registry.service import RegistryService
     from jobs.schedules.service import ScheduleService
     from jobs.store.store import Store
+
+log = logging.getLogger(__name__)
 
 
 class RequestGuard:
@@ -60,6 +67,19 @@ class Services:
     backend: TrainingBackend | None = None  # for its scaling_note and console links
     launch_guard: RequestGuard = field(default_factory=RequestGuard)
     recipes: RecipeBook | None = None
+    # (user id, work) for work that waits on a git host or a code tarball: a pool of its own with a per-user
+    # cap (bot/code_hosts.py), so such a host never holds cards, buttons, /logs or the home tab; raises BadInput
+    # when that person has too much waiting. None: run_later.
+    run_on_code_host: Callable[[str, Callable[[], None]], None] | None = None
+    registry: RegistryService | None = None  # the model packages (/models)
+
+
+def run_waiting_on_code(services: Services, user: str, work: Callable[[], None]) -> None:
+    """``work`` (which waits on a code host) on the code-host pool, or on run_later where there is none."""
+    if services.run_on_code_host is None:
+        services.run_later(work)
+    else:
+        services.run_on_code_host(user, work)
 
 
 @dataclass(frozen=True)
@@ -69,3 +89,30 @@ class CommandContext:
     services: Services
     chat: Chat
     trigger_id: str | None = None  # Slack's, for opening a modal; None on surfaces without modals
+    # The surface's way to answer the person after the ack where the conversation itself may take nothing
+    # from the bot (Slack: the action's response_url); None: an ephemeral post in the channel.
+    answer: Callable[[Reply], None] | None = None
+
+    def tell(self, text: str) -> None:
+        """Tell the person after the ack: through the surface's answer where it has one (it reaches them
+        where the bot cannot post), else ephemerally; a chat that is down leaves a log line."""
+        text = truncate(text, MAX_TEXT)
+        if self.answer is not None:
+            self.answer(Reply(text=text))
+            return
+        try:
+            self.chat.post_ephemeral(self.channel_id, self.actor.user_id, text)
+        except ChatUnavailable:
+            log.warning("could not tell %s: %s", self.actor.user_id, text[:200])
+
+
+def run_telling_failures(ctx: CommandContext, work: Callable[[], object], failed: str, name: str) -> None:
+    """Run ``work`` (off the ack path); a failure is told to the person who asked in one sentence: ``failed``
+    with ``{name}`` and ``{reason}``, both escaped (a name is typed, a reason may quote the cloud)."""
+    try:
+        work()
+    except TrainbotError as exc:
+        ctx.tell(failed.format(name=escape(name), reason=escape(exc.user_message())))
+    except Exception:
+        log.exception("work on %s failed", name)
+        ctx.tell(failed.format(name=escape(name), reason=UNEXPECTED_ERROR))

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import logging
 import shlex
-from collections.abc import Callable
 from typing import Any
 
 from handlers import blocks as bk
-from handlers import texts
-from handlers.chat import ChatUnavailable, Reply
-from handlers.context import CommandContext
+from handlers import promotion, texts
+from handlers.chat import Reply
+from handlers.context import CommandContext, run_telling_failures
 from jobs.endpoints import texts as endpoint_texts
 from jobs.endpoints.service import DeployPlan
 from jobs.errors import BadInput, TrainbotError
@@ -26,7 +25,8 @@ log = logging.getLogger(__name__)
 
 USAGE_DEPLOY = (
     "Usage: /deploy JOB [instance_type=ml.g4dn.xlarge] [instance_count=1] [serverless=yes memory_mb=2048] "
-    "[name=NAME]. JOB is a completed job's id (/jobs lists them)."
+    "[name=NAME]. JOB is a completed job's id (/jobs lists them). name= of an endpoint that exists offers to "
+    "promote JOB into it in place [alarm=yes|NAME] [canary=PERCENT]; /rollback NAME undoes that."
 )
 USAGE_PREDICT = (
     'Usage: /predict NAME question="..." context="..." (question answering) or /predict NAME text="...".'
@@ -52,7 +52,11 @@ def handle_deploy(ctx: CommandContext, text: str) -> Reply:
     service = _service(ctx)
     if service is None:
         return Reply(text=texts.NOT_AVAILABLE.format(feature="Deploying"))
-    plan = service.plan(words[0], options=_key_values(words[1:], USAGE_DEPLOY), actor=ctx.actor)
+    options = _key_values(words[1:], USAGE_DEPLOY)
+    existing = service.promotion_target(options)
+    if existing is not None:  # an endpoint that exists: promote into it in place, with a click
+        return promotion.offer(ctx, words[0], existing, options)
+    plan = service.plan(words[0], options=options, actor=ctx.actor)
     ctx.services.run_later(lambda: _start(ctx, plan))
     return Reply(text=plan.summary(), blocks=deploy_card(plan))
 
@@ -91,40 +95,22 @@ def handle_undeploy(ctx: CommandContext, text: str) -> Reply:
 
 
 def _start(ctx: CommandContext, plan: DeployPlan) -> None:
-    _off_path(ctx, lambda: _service(ctx).start(plan, actor=ctx.actor), DEPLOY_FAILED, plan.name)
+    run_telling_failures(ctx, lambda: _service(ctx).start(plan, actor=ctx.actor), DEPLOY_FAILED, plan.name)
 
 
 def _predict(ctx: CommandContext, name: str, inputs: dict[str, str]) -> None:
     def ask() -> None:
-        _tell(ctx, answer_text(name, _service(ctx).predict(name, inputs, actor=ctx.actor)))
+        ctx.tell(answer_text(name, _service(ctx).predict(name, inputs, actor=ctx.actor)))
 
-    _off_path(ctx, ask, "{name}: {reason}", name)
+    run_telling_failures(ctx, ask, "{name}: {reason}", name)
 
 
 def _undeploy(ctx: CommandContext, name: str) -> None:
     def undeploy() -> None:
         _service(ctx).undeploy(name, actor=ctx.actor)
-        _tell(ctx, endpoint_texts.UNDEPLOYED.format(name=name))
+        ctx.tell(endpoint_texts.UNDEPLOYED.format(name=name))
 
-    _off_path(ctx, undeploy, UNDEPLOY_FAILED, name)
-
-
-def _off_path(ctx: CommandContext, work: Callable[[], object], failed: str, name: str) -> None:
-    """Run ``work``; a failure is told to the person who asked, in one sentence."""
-    try:
-        work()
-    except TrainbotError as exc:
-        _tell(ctx, failed.format(name=name, reason=exc.user_message()))
-    except Exception:
-        log.exception("endpoint work on %s failed", name)
-        _tell(ctx, failed.format(name=name, reason=texts.UNEXPECTED_ERROR))
-
-
-def _tell(ctx: CommandContext, text: str) -> None:
-    try:
-        ctx.chat.post_ephemeral(ctx.channel_id, ctx.actor.user_id, bk.truncate(text, bk.MAX_TEXT))
-    except ChatUnavailable:
-        log.warning("could not tell %s: %s", ctx.actor.user_id, text)
+    run_telling_failures(ctx, undeploy, UNDEPLOY_FAILED, name)
 
 
 # ---------------------------------------------------------------- rendering

@@ -24,16 +24,16 @@ from handlers.context import CommandContext, Services
 from jobs.budget import SpendLedger
 from jobs.errors import PermissionDenied, TrainbotError
 from jobs.lifecycle.progress import LiveProgress
+from jobs.lineage import Lineage
 from jobs.planning.pricing import usd
+from jobs.rate_limits import Priority, prioritised
 from jobs.records import Actor
 from jobs.reporting.spend import lineage_cost_so_far, team_spend
 from jobs.store.runs import RunHistory
-from jobs.store.store import Lineage
 
 log = logging.getLogger(__name__)
 
-MAX_HOME_BLOCKS = 100  # Slack's limit for a home tab view
-RUNNING_SHOWN = 10
+RUNNING_SHOWN = 10  # at most, on the Home tab; fewer in a message (/home), see _Room
 RECENT_SHOWN = 5
 ENDPOINTS_SHOWN = 10
 SCHEDULES_SHOWN = 15
@@ -47,8 +47,8 @@ HOME_MAX_PER_TICK = 8  # views.publish allows about 100 a minute: 8 every 5 s st
 
 
 def handle_home(ctx: CommandContext, text: str) -> Reply:
-    """`/home`: the home tab as a message (the console has no tab)."""
-    return Reply(text=texts.HOME_TITLE, blocks=home_blocks(ctx.services, ctx.actor))
+    """`/home`: the home tab as a message (the console has no tab), within a message's 50 blocks."""
+    return Reply(text=texts.HOME_TITLE, blocks=home_blocks(ctx.services, ctx.actor, surface=bk.MESSAGE))
 
 
 def on_undeploy(ctx: CommandContext, value: str) -> Reply | None:
@@ -57,11 +57,33 @@ def on_undeploy(ctx: CommandContext, value: str) -> Reply | None:
 
 
 def home_view(services: Services, actor: Actor) -> dict[str, Any]:
-    return {"type": "home", "blocks": home_blocks(services, actor)}
+    return bk.home_view(home_blocks(services, actor, surface=bk.HOME), cut_note=texts.BLOCKS_CUT)
 
 
-def home_blocks(services: Services, actor: Actor) -> list[bk.Block]:
-    """The page; a person outside TRAINBOT_ALLOWED_USERS gets the refusal sentence alone."""
+@dataclass(frozen=True)
+class _Room:
+    """How many running jobs and endpoints (two blocks each at most) a surface has room for: what is left of
+    its blocks once every section's frame is drawn, the running jobs first."""
+
+    running: int
+    endpoints: int
+
+    @classmethod
+    def on(cls, surface: bk.Surface, running: int) -> _Room:
+        room = surface.max_blocks - _FRAME_BLOCKS
+        shown_running = min(RUNNING_SHOWN, room // 4, running)
+        return cls(running=shown_running, endpoints=min(ENDPOINTS_SHOWN, (room - 2 * shown_running) // 2))
+
+
+#: The blocks of the page that are not one per job or endpoint: the title and its line; each of the five
+#: sections' divider and heading; the running jobs' and endpoints' "and N more" lines; the recent jobs',
+#: the spend's and the schedules' one section each.
+_FRAME_BLOCKS = 2 + 5 * 2 + 2 + 3
+
+
+def home_blocks(services: Services, actor: Actor, *, surface: bk.Surface = bk.HOME) -> list[bk.Block]:
+    """The page, within ``surface``'s blocks (lists show what fits and say how many more there are); a
+    person outside TRAINBOT_ALLOWED_USERS gets the refusal sentence alone."""
     try:
         services.jobs.policy.check_can_use(actor)
     except PermissionDenied as exc:
@@ -72,29 +94,30 @@ def home_blocks(services: Services, actor: Actor) -> list[bk.Block]:
         bk.header(texts.HOME_TITLE),
         bk.context(texts.HOME_UPDATED.format(who=cards.mention(actor.user_id), at=_when(now))),
     ]
-    body += _running(services, [ln for ln in mine if not ln.status.is_terminal()], now)
+    running = [ln for ln in mine if not ln.status.is_terminal()]
+    room = _Room.on(surface, len(running))
+    body += _running(services, running, now, room.running)
     body += _recent([ln for ln in mine if ln.status.is_terminal()], now)
     body += _spend(services, now)
-    body += _endpoints(services, actor)
+    body += _endpoints(services, actor, room.endpoints, surface)
     body += _schedules(services)
-    return bk.message(body, limit=MAX_HOME_BLOCKS, cut_note=texts.BLOCKS_CUT)
+    return bk.message(body, limit=surface.max_blocks, cut_note=texts.BLOCKS_CUT)
 
 
-def _running(services: Services, running: list[Lineage], now: datetime) -> list[bk.Block]:
+def _running(services: Services, running: list[Lineage], now: datetime, shown: int) -> list[bk.Block]:
     blocks: list[bk.Block] = [bk.divider(), bk.section(f"*{texts.HOME_RUNNING}*")]
     if not running:
         return [*blocks, bk.context(texts.HOME_RUNNING_NONE)]
-    steps = _steps(services, running[:RUNNING_SHOWN])
-    for lineage in running[:RUNNING_SHOWN]:
+    steps = _steps(services, running[:shown])
+    for lineage in running[:shown]:
         spec = lineage.spec
         blocks.append(bk.section(texts.HOME_RUNNING_LINE.format(
-            lineage=lineage.id, status=cards.status_word(lineage.status.value), model=bk.escape(spec.model),
+            lineage=lineage.id, status=cards.status_word(lineage.status.value), model=bk.escape(spec.model_label),
             count=spec.instance_count, instance=spec.instance_type, spot=" spot" if spec.spot else "",
             step=steps.get(lineage.id, ""), cost=usd(lineage_cost_so_far(lineage, now)))))
         blocks.append(bk.actions([cards.stop_button(lineage.id)], block_id=f"home.running.{lineage.id}"))
-    if len(running) > RUNNING_SHOWN:
-        blocks.append(bk.context(texts.HOME_MORE.format(count=len(running) - RUNNING_SHOWN)))
-    return blocks
+    more = bk.more(len(running) - shown, texts.HOME_MORE_RUNNING)
+    return blocks + ([more] if more else [])
 
 
 def _steps(services: Services, running: list[Lineage]) -> dict[str, str]:
@@ -114,7 +137,7 @@ def _recent(ended: list[Lineage], now: datetime) -> list[bk.Block]:
     if not ended:
         return [*blocks, bk.context(texts.HOME_RECENT_NONE)]
     lines = [texts.HOME_RECENT_LINE.format(
-        lineage=lineage.id, status=cards.status_word(lineage.status.value), model=bk.escape(lineage.spec.model),
+        lineage=lineage.id, status=cards.status_word(lineage.status.value), model=bk.escape(lineage.spec.model_label),
         cost=usd(lineage_cost_so_far(lineage, now)), ended=_when(_ended_at(lineage)))
         for lineage in ended[:RECENT_SHOWN]]
     return [*blocks, bk.section("\n".join(lines))]
@@ -138,12 +161,12 @@ def _spend(services: Services, now: datetime) -> list[bk.Block]:
     return [bk.divider(), bk.section(f"*{texts.HOME_SPEND}*\n" + "\n".join(lines))]
 
 
-def _endpoints(services: Services, actor: Actor) -> list[bk.Block]:
+def _endpoints(services: Services, actor: Actor, shown: int, surface: bk.Surface) -> list[bk.Block]:
     blocks: list[bk.Block] = [bk.divider(), bk.section(f"*{texts.HOME_ENDPOINTS}*")]
     live = services.endpoints.list() if services.endpoints is not None else []
     if not live:
         return [*blocks, bk.context(texts.HOME_ENDPOINTS_NONE)]
-    for endpoint in live[:ENDPOINTS_SHOWN]:
+    for endpoint in live[:shown]:
         hourly = endpoint.hourly_usd()
         lineage = _lineage_or_none(services, endpoint.lineage_id)
         # Another person's job is not named on this person's home: the endpoint and who deployed it are.
@@ -155,9 +178,10 @@ def _endpoints(services: Services, actor: Actor) -> list[bk.Block]:
         if lineage is not None and _may_manage(services, actor, lineage):
             blocks.append(bk.actions([bk.button(texts.BUTTON_UNDEPLOY, cards.ACTION_UNDEPLOY, endpoint.name,
                                                 style="danger")], block_id=f"home.endpoint.{endpoint.name}"))
-    if len(live) > ENDPOINTS_SHOWN:
-        blocks.append(bk.context(texts.HOME_MORE.format(count=len(live) - ENDPOINTS_SHOWN)))
-    return blocks
+    note = texts.HOME_MORE_ENDPOINTS_TAB if surface is bk.MESSAGE and shown < ENDPOINTS_SHOWN \
+        else texts.HOME_MORE_ENDPOINTS
+    more = bk.more(len(live) - shown, note)
+    return blocks + ([more] if more else [])
 
 
 def _lineage_or_none(services: Services, lineage_id: str) -> Lineage | None:
@@ -229,9 +253,10 @@ class HomeRefresher:
             due = [v for v in self._viewers.values()
                    if fingerprints.get(v.actor.user_id, ()) != v.fingerprint and now - v.published_at >= self.min_interval]
         published = []
-        for viewer in sorted(due, key=lambda v: v.published_at)[: self.max_per_tick]:
-            if self._publish(viewer, fingerprints.get(viewer.actor.user_id, ())):
-                published.append(viewer.actor.user_id)
+        with prioritised(Priority.CHANGE):  # nobody is waiting on these: a job changed
+            for viewer in sorted(due, key=lambda v: v.published_at)[: self.max_per_tick]:
+                if self._publish(viewer, fingerprints.get(viewer.actor.user_id, ())):
+                    published.append(viewer.actor.user_id)
         return published
 
     def run(self, stop: threading.Event, every: float = HOME_TICK_SECONDS) -> None:

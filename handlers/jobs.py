@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 
+from handlers import blocks as bk
 from handlers import cards, texts
 from handlers.chat import ChatUnavailable, Reply
 from handlers.context import CommandContext
 from handlers.live import job_card
 from jobs.errors import InvalidState, TrainbotError
-from jobs.store.store import Lineage
+from jobs.lineage import Lineage
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def stop_now(ctx: CommandContext, lineage_id: str) -> None:
     try:
         lineage = ctx.services.jobs.stop(lineage_id, actor=ctx.actor)
     except TrainbotError as exc:
-        _tell(ctx, texts.STOP_FAILED.format(lineage=lineage_id, reason=exc.user_message()))
+        _tell(ctx, texts.STOP_FAILED.format(lineage=lineage_id, reason=bk.escape(exc.user_message())))
         return
     except Exception:
         log.exception("stopping %s failed", lineage_id)

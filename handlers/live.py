@@ -6,8 +6,8 @@ from handlers import blocks as bk
 from handlers import cards
 from handlers.context import Services
 from jobs.lifecycle.progress import LiveProgress
+from jobs.lineage import Lineage
 from jobs.store.runs import RunHistory
-from jobs.store.store import Lineage
 
 
 def job_card(services: Services, lineage: Lineage, *, detail: bool = False) -> tuple[str, list[bk.Block]]:

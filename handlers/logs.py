@@ -16,6 +16,7 @@ from handlers import texts
 from handlers.chat import ChatUnavailable, Reply
 from handlers.context import CommandContext
 from jobs.errors import TrainbotError
+from jobs.lineage import Attempt, Lineage
 from jobs.reporting.logs import (
     DEFAULT_LINES,
     JobLogs,
@@ -24,7 +25,6 @@ from jobs.reporting.logs import (
     check_readable,
     read_job_logs,
 )
-from jobs.store.store import Attempt, Lineage
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def show_logs(ctx: CommandContext, lineage: Lineage, attempt: Attempt, lines: in
     try:
         logs = read_job_logs(lineage, attempt, backend, lines)
     except TrainbotError as exc:
-        _tell(ctx, texts.LOGS_FAILED.format(job=attempt.job_name, reason=exc.user_message()))
+        _tell(ctx, texts.LOGS_FAILED.format(job=attempt.job_name, reason=bk.escape(exc.user_message())))
         return
     except Exception:
         log.exception("reading the logs of %s failed", attempt.job_name)
@@ -84,7 +84,7 @@ def log_blocks(logs: JobLogs) -> list[bk.Block] | None:
     blocks = [bk.section(f"*{bk.escape(title)}*")]
     for host in logs.hosts:
         head = texts.LOGS_HOST.format(label=bk.escape(host.label), count=len(host.lines))
-        body = "\n".join(line.replace("```", "'''") for line in host.lines) or " "
+        body = "\n".join(bk.escape(line.replace("```", "'''")) for line in host.lines) or " "
         text = f"{head}\n```{body}```"
         if len(text) > bk.MAX_TEXT:
             return None

@@ -1,10 +1,15 @@
-"""Delivers the watcher's due outbox notifications into each lineage's thread.
+"""Delivers the due outbox notifications (the controller's notices, the endings' announcements) into each
+lineage's thread.
 
-For each one: a thread reply rendered for its kind, the card redrawn in place, a DM to the launcher when
+For each one: a thread reply rendered for its kind, the card's redraw asked for, a DM to the launcher when
 the job ended and they want one (handlers/routing.py decides), the loss-curve PNG with the final report,
 then the fan-out to subscribed channels (routing.fan_out queues their lines through this same outbox). A chat
 error defers the notification with a backoff (the steps already done are remembered), so an outage delays
-and never drops.
+and never drops; a call the chat's rate limits held back is deferred to when they allow it.
+
+Order and pace (handlers/pacing.py): endings and failures are delivered first, then state changes, each
+at its priority; then the waiting cards are redrawn once each with their newest state, and live progress
+takes whatever room the chat's limits leave.
 
 A post whose answer was lost may still have been made. Where the chat can mark its posts (Slack, see
 handlers.chat.MarkingChat), every post carries its row and step, and a row that may have been tried
@@ -20,14 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from handlers import blocks as bk
-from handlers import cards, routing, texts
-from handlers.chat import Chat, ChatUnavailable, Mark, MarkingChat
+from handlers import cards, pacing, promotion, routing, texts
+from handlers.chat import Chat, ChatBusy, ChatUnavailable, Mark, MarkingChat
 from handlers.context import Services
 from handlers.live import job_card
 from jobs.errors import NotFound
 from jobs.lifecycle import events
-from jobs.store.runs import RunHistory
-from jobs.store.store import Lineage, Notification
+from jobs.lineage import Lineage
+from jobs.rate_limits import prioritised
+from jobs.store.rows import Notification
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +53,7 @@ _ICONS = {
     events.GAVE_UP: ":warning:",
     events.COMPLETED: ":white_check_mark:",
     events.STOPPED: ":octagonal_sign:",
+    events.CURVES: ":chart_with_downwards_trend:",
 }
 
 
@@ -55,38 +62,18 @@ class _NotYet(Exception):
 
 
 def deliver_due(services: Services, chat: Chat, *, limit: int = 20) -> int:
-    """Deliver what is due, then redraw the cards whose live progress moved; returns how many
-    notifications were delivered (the rest are deferred)."""
+    """Deliver what is due (endings first), redraw the cards that asked, then those whose live progress
+    moved; returns how many notifications were delivered (the rest are deferred)."""
     delivered = 0
-    for notification in services.store.due_notifications(limit=limit, claim_seconds=CLAIM_SECONDS):
-        if deliver_one(services, chat, notification):
-            delivered += 1
-    redraw_progress(services, chat, limit=limit)
+    due = services.store.outbox.due_notifications(limit=limit, claim_seconds=CLAIM_SECONDS,
+                                                  ranks=pacing.DELIVERY_RANKS)
+    for notification in due:
+        with prioritised(pacing.priority_of(notification.kind)):
+            if deliver_one(services, chat, notification):
+                delivered += 1
+    pacing.redraw_cards(services, chat, limit=limit)
+    pacing.redraw_progress(services, chat, limit=limit)
     return delivered
-
-
-def redraw_progress(services: Services, chat: Chat, *, limit: int = 20) -> int:
-    """Cards whose progress (jobs.lifecycle.progress) is newer than what they show, redrawn in place. A
-    redraw is idempotent, so two bot processes doing the same one harm nothing; a chat error leaves it
-    for the next pass."""
-    runs = RunHistory(services.store, services.clock)
-    redrawn = 0
-    for lineage_id, progress_at in runs.unshown_progress(limit=limit):
-        try:
-            lineage = services.store.get_lineage(lineage_id)
-        except NotFound:
-            runs.mark_progress_shown(lineage_id, progress_at)
-            continue
-        if lineage.channel and lineage.message_ts:
-            text, blocks = job_card(services, lineage)
-            try:
-                chat.update(lineage.channel, lineage.message_ts, text, blocks=blocks)
-            except ChatUnavailable as exc:
-                log.warning("progress of %s not shown yet: %s", lineage_id, exc)
-                return redrawn
-            redrawn += 1
-        runs.mark_progress_shown(lineage_id, progress_at)
-    return redrawn
 
 
 def deliver_one(services: Services, chat: Chat, notification: Notification) -> bool:
@@ -97,12 +84,12 @@ def deliver_one(services: Services, chat: Chat, notification: Notification) -> b
         if notification.kind not in routing.KINDS:
             _step(done, "route", lambda: routing.fan_out(services, notification))
     except _NotYet:
-        store.defer(notification.id, until=services.clock.now() + CARD_WAIT, error="card not posted yet")
+        store.outbox.defer(notification.id, until=services.clock.now() + CARD_WAIT, error="card not posted yet")
         return False
     except Exception as exc:
         _defer(services, notification, done, exc)
         return False
-    store.mark_delivered(notification.id)
+    store.outbox.mark_delivered(notification.id)
     return True
 
 
@@ -111,9 +98,12 @@ def _defer(services: Services, notification: Notification, done: set[str], exc: 
         log.warning("notification %s deferred: %s", notification.id, exc)
     else:
         log.exception("notification %s failed; deferred", notification.id)
-    delay = min(MAX_BACKOFF_SECONDS, 5.0 * 2 ** min(notification.attempts, 10))
+    if isinstance(exc, ChatBusy):  # nothing was sent: come back when the chat's limits allow it
+        delay = min(MAX_BACKOFF_SECONDS, max(1.0, exc.retry_after))
+    else:
+        delay = min(MAX_BACKOFF_SECONDS, 5.0 * 2 ** min(notification.attempts, 10))
     services.store.set_meta(PROGRESS_PREFIX + str(notification.id), ",".join(sorted(done)))
-    services.store.defer(notification.id, until=services.clock.now() + timedelta(seconds=delay),
+    services.store.outbox.defer(notification.id, until=services.clock.now() + timedelta(seconds=delay),
                          error=bk.truncate(f"{type(exc).__name__}: {exc}", 500))
 
 
@@ -146,17 +136,16 @@ def _deliver(services: Services, chat: Chat, notification: Notification, done: s
     thread_ts = lineage.message_ts if lineage else None
     payload = notification.payload
     text, blocks = render(services, notification.kind, payload)
-    _step(done, "post", lambda: _post(chat, notification, "post", channel, text, blocks=blocks,
-                                      thread_ts=thread_ts))
-    if lineage is not None and lineage.message_ts:
-        fresh = services.store.get_lineage(lineage.id)
-        card_text, card_blocks = job_card(services, fresh)
-        _step(done, "card", lambda: chat.update(channel, str(lineage.message_ts), card_text, blocks=card_blocks))
+    if notification.kind != events.CURVES:  # late curves are their upload alone
+        _step(done, "post", lambda: _post(chat, notification, "post", channel, text, blocks=blocks,
+                                          thread_ts=thread_ts))
+    if lineage is not None and lineage.message_ts:  # drawn by the redraw pass, once, with its newest state
+        _step(done, "card", lambda: pacing.request_card(services, lineage.id, notification.kind))
     if lineage is not None and routing.wants_dm(services, notification.kind, lineage):
         _step(done, "dm", lambda: _dm(chat, notification, lineage.launched_by,
                                       routing.dm_text(services, chat, notification.kind, lineage, payload)))
     png = payload.get("png_path")
-    if notification.kind == events.COMPLETED and png and Path(png).is_file():
+    if notification.kind in (events.COMPLETED, events.CURVES) and png and Path(png).is_file():
         title = texts.REPORT_PLOT_TITLE.format(lineage=payload.get("lineage_id", ""))
         _step(done, "upload", lambda: chat.upload_file(channel, Path(png), title=title, thread_ts=thread_ts))
 
@@ -215,17 +204,20 @@ def _tried_before(notification: Notification) -> bool:
 
 def render(services: Services, kind: str, payload: dict[str, Any]) -> tuple[str, list[bk.Block]]:
     """The thread reply of one event: plain text (notifications) and Block Kit."""
+    if kind in promotion.KINDS:
+        return promotion.render(kind, payload)
     summary = str(payload.get("text") or kind)
     icon = _ICONS.get(kind, "")
     line = f"{icon} {bk.escape(summary)}".strip()
+    fallback = bk.fallback(bk.escape(summary))  # the notification's text: a failure reason is a script's words
     if kind == events.COMPLETED:
         report = payload.get("report") or {}
-        return bk.fallback(summary), cards.report_blocks(str(payload.get("lineage_id", "")), report, summary)
+        return fallback, cards.report_blocks(str(payload.get("lineage_id", "")), report, summary)
     if kind == events.FAILED:
-        return bk.fallback(summary), [bk.section(line), *_log_blocks(services, payload)]
+        return fallback, [bk.section(line), *_log_blocks(services, payload)]
     if kind == events.STATE:
-        return bk.fallback(summary), [bk.context(line)]
-    return bk.fallback(summary), [bk.section(line)]
+        return fallback, [bk.context(line)]
+    return fallback, [bk.section(line)]
 
 
 def _log_blocks(services: Services, payload: dict[str, Any]) -> list[bk.Block]:

@@ -15,7 +15,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from handlers import blocks as bk
-from handlers import cards, endpoints, home, jobs, logs, recipe, schedule, subscriptions, texts, train
+from handlers import (
+    cards,
+    endpoints,
+    home,
+    jobs,
+    logs,
+    promotion,
+    recipe,
+    schedule,
+    subscriptions,
+    texts,
+    train,
+)
 from handlers.chat import Reply
 from handlers.context import CommandContext
 from jobs.errors import PermissionDenied, TrainbotError
@@ -34,6 +46,9 @@ COMMANDS: dict[str, CommandHandler] = {
     "deploy": endpoints.handle_deploy,
     "predict": endpoints.handle_predict,
     "undeploy": endpoints.handle_undeploy,
+    "rollback": promotion.handle_rollback,
+    "endpoint": promotion.handle_endpoint,
+    "models": promotion.handle_models,
     "schedule": schedule.handle_schedule,
     "notify": subscriptions.handle_notify,
     "logs": logs.handle_logs,
@@ -49,6 +64,8 @@ ACTIONS: dict[str, ActionHandler] = {
     cards.ACTION_DEPLOY: endpoints.on_deploy,
     cards.ACTION_LOGS: logs.on_logs,
     cards.ACTION_UNDEPLOY: home.on_undeploy,
+    cards.ACTION_PROMOTE: promotion.on_promote,
+    cards.ACTION_ROLLBACK: promotion.on_rollback,
 }
 
 SUBMISSIONS: dict[str, SubmissionHandler] = {
@@ -62,7 +79,7 @@ def run_command(ctx: CommandContext, name: str, text: str) -> Reply:
     name = name.lstrip("/").lower()
     handler = COMMANDS.get(name)
     if handler is None:
-        return Reply(text=texts.UNKNOWN_COMMAND.format(name=bk.escape(name)))
+        return Reply(text=texts.UNKNOWN_COMMAND.format(name=bk.escape(bk.truncate(name, 80))))
     try:
         _check_access(ctx)
         return handler(ctx, text)
@@ -106,7 +123,7 @@ def reply_for_error(ctx: CommandContext, exc: Exception, action: str, target: st
         _audit_refusal(ctx, action, target, exc)
     if isinstance(exc, TrainbotError):
         log.info("%s by %s answered: %s", action, ctx.actor.user_id, type(exc).__name__)
-        return Reply(text=bk.truncate(exc.user_message(), bk.MAX_TEXT))
+        return Reply(text=bk.truncate(bk.escape(exc.user_message()), bk.MAX_TEXT))
     log.exception("%s by %s failed", action, ctx.actor.user_id)
     return Reply(text=texts.UNEXPECTED_ERROR)
 

@@ -21,19 +21,20 @@ from typing import Any
 
 from handlers import blocks as bk
 from handlers import texts
-from handlers.cards import mention
+from handlers.cards import billed, mention
 from handlers.chat import Chat, ChatUnavailable, LinkingChat
 from handlers.context import Services
 from jobs.endpoints import texts as endpoint_texts
 from jobs.errors import NotFound
 from jobs.lifecycle import events
+from jobs.lineage import Lineage
 from jobs.notifications import rules
 from jobs.notifications.rules import JobFacts
 from jobs.notifications.service import NotificationService
 from jobs.planning.pricing import usd
 from jobs.records import RemoteStatus
 from jobs.reporting.spend import lineage_cost_so_far
-from jobs.store.store import Lineage, Notification
+from jobs.store.rows import Notification
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,8 @@ class Routed:
 
 def notifications(services: Services) -> NotificationService:
     """The notification rules over the services' store (stateless: built where needed)."""
-    return NotificationService(services.store, clock=services.clock, policy=services.jobs.policy)
+    return NotificationService(services.store, clock=services.clock, policy=services.jobs.policy,
+                               most_per_user=services.settings.trainbot_max_subscriptions_per_user)
 
 
 # ---------------------------------------------------------------- fan-out
@@ -79,7 +81,7 @@ def fan_out(services: Services, notification: Notification) -> int:
         for channel in service.channels_for(routed.event, jobs):
             payload = {"kind": ROUTED, "event": routed.event, "text": routed.text, "channel": channel,
                        "lineage_id": lineage.id if lineage else None, "job_name": None}
-            queued += services.store.enqueue(kind=ROUTED, payload=payload, dedup_key=f"{routed.key}:{channel}",
+            queued += services.store.outbox.enqueue(kind=ROUTED, payload=payload, dedup_key=f"{routed.key}:{channel}",
                                              lineage_id=lineage.id if lineage else None, channel=channel)
     return queued
 
@@ -141,7 +143,7 @@ def _common(lineage: Lineage) -> dict[str, Any]:
     """The values every job line takes. `{link}` stays a placeholder: the thread's link is filled in when the
     line is delivered, when the job's card (and so its permalink) is sure to exist."""
     spec = lineage.spec
-    return {"lineage": lineage.id, "who": mention(lineage.launched_by), "model": bk.escape(spec.model),
+    return {"lineage": lineage.id, "who": mention(lineage.launched_by), "model": bk.escape(spec.model_label),
             "count": spec.instance_count, "instance": spec.instance_type, "spot": " (spot)" if spec.spot else "",
             "link": "{link}"}
 
@@ -157,10 +159,11 @@ def _line(event: str, lineage: Lineage, payload: dict[str, Any]) -> str:
     elif event == rules.RELAUNCHED:
         values.update(job=payload.get("job_name", ""), attempt=payload.get("attempt", "?"),
                       instance=payload.get("instance_type", ""),
-                      market="spot" if payload.get("spot") else "on-demand")
+                      market="spot" if payload.get("spot") else "on-demand",
+                      change=f"; {bk.escape(str(payload['change']))}" if payload.get("change") else "")
     elif event == rules.COMPLETED:
         report = payload.get("report") or {}
-        values.update(metrics=_metrics(report), cost=usd(float(report.get("cost_usd") or 0.0)))
+        values.update(metrics=_metrics(report), cost=billed(float(report.get("cost_usd") or 0.0), lineage.backend))
     elif event in (rules.FAILED, rules.GAVE_UP):
         values.update(reason=_reason(payload), attempts=payload.get("attempts", len(lineage.attempts)))
     return texts.ROUTED[event].format(**values)
@@ -252,7 +255,8 @@ def dm_text(services: Services, chat: Chat, kind: str, lineage: Lineage, payload
     values = {
         "lineage": lineage.id,
         "link": texts.THREAD_IN.format(link=thread_link(chat, lineage)) if lineage.channel else "",
-        "cost": usd(float(cost) if isinstance(cost, int | float) else lineage_cost_so_far(lineage, services.clock.now())),
+        "cost": billed(float(cost) if isinstance(cost, int | float) else lineage_cost_so_far(lineage, services.clock.now()),
+                       lineage.backend),
         "metrics": _metrics(report),
         "savings": texts.DM_SAVINGS.format(savings=report["spot_savings"]) if report.get("spot_savings") else "",
         "reason": _reason(payload),

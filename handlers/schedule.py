@@ -6,7 +6,7 @@ import logging
 
 from handlers import blocks as bk
 from handlers.chat import ChatUnavailable, Reply
-from handlers.context import CommandContext
+from handlers.context import CommandContext, run_waiting_on_code
 from jobs.errors import TrainbotError
 from jobs.schedules.service import ScheduleService
 
@@ -15,7 +15,9 @@ log = logging.getLogger(__name__)
 HELP = (
     "Nightly retrains:\n"
     '- /schedule add NAME cron="0 2 * * *" [tz=Europe/Berlin] [overlap=skip|queue] [threshold=1] '
-    "[deploy_if_better=yes] <train arguments, e.g. distilbert-spot data=s3://bucket/fresh/ or revision=v2>\n"
+    "[endpoint=NAME [deploy_if_better=yes]] <train arguments, e.g. distilbert-spot data=s3://bucket/fresh/ or "
+    "revision=v2>: each run is compared with the previous one; endpoint= offers it to that endpoint with a "
+    "Promote button, and deploy_if_better=yes promotes a better one without a click\n"
     "- /schedule list\n"
     "- /schedule pause|resume|remove NAME\n"
     "- /schedule run NAME (now)"
@@ -43,14 +45,14 @@ def handle_schedule(ctx: CommandContext, text: str) -> Reply:
     try:
         return _dispatch(ctx, service, verb, rest.strip())
     except TrainbotError as exc:
-        return Reply(text=exc.user_message())
+        return Reply(text=bk.escape(exc.user_message()))
 
 
 def _dispatch(ctx: CommandContext, schedules: ScheduleService, verb: str, rest: str) -> Reply:
     if verb == "list":
         return _list(schedules)
     if verb not in ("add", "pause", "resume", "remove", "run"):
-        return Reply(text=UNKNOWN_VERB.format(verb=verb))
+        return Reply(text=UNKNOWN_VERB.format(verb=bk.escape(verb[:40])))
     name, _, args = rest.partition(" ")
     if not name:
         return Reply(text=USAGE_NAME.format(verb=verb if verb != "add" else 'add NAME cron="0 2 * * *"'))
@@ -79,9 +81,19 @@ def _list(schedules: ScheduleService) -> Reply:
 
 def _run(ctx: CommandContext, schedules: ScheduleService, name: str) -> Reply:
     # Unknown names are refused at once; the launch (a backend call) runs off the 3 s ack path.
-    schedules.get(name)
-    ctx.services.run_later(lambda: _run_now(ctx, schedules, name))
+    schedule = schedules.get(name)
+    if _own_code(ctx, schedule.text):  # it resolves a git REF and fetches: on the code-host pool
+        run_waiting_on_code(ctx.services, ctx.actor.user_id, lambda: _run_now(ctx, schedules, name))
+    else:
+        ctx.services.run_later(lambda: _run_now(ctx, schedules, name))
     return Reply(text=STARTING.format(name=name))
+
+
+def _own_code(ctx: CommandContext, text: str) -> bool:
+    try:
+        return ctx.services.jobs.parse(text).code is not None
+    except TrainbotError:
+        return False  # the run says what is wrong with it
 
 
 def _run_now(ctx: CommandContext, schedules: ScheduleService, name: str) -> None:
@@ -89,7 +101,7 @@ def _run_now(ctx: CommandContext, schedules: ScheduleService, name: str) -> None
         lineage = schedules.run_now(name, actor=ctx.actor)
         text = RUN_STARTED.format(name=name, lineage=lineage.id)
     except TrainbotError as exc:
-        text = RUN_FAILED.format(name=name, reason=exc.user_message())
+        text = RUN_FAILED.format(name=name, reason=bk.escape(exc.user_message()))
     except Exception:
         log.exception("running schedule %s failed", name)
         text = RUN_FAILED.format(name=name, reason="something went wrong on our side; it has been logged.")

@@ -35,13 +35,15 @@ def handle_notify(ctx: CommandContext, text: str) -> Reply:
 
 
 def _on(ctx: CommandContext, command: NotifyCommand) -> Reply:
-    subscription, before = notifications(ctx.services).subscribe(ctx.actor, ctx.channel_id, command.events,
-                                                                command.filter)
+    done = notifications(ctx.services).subscribe(ctx.actor, ctx.channel_id, command.events, command.filter)
     what = _what(command.filter)
-    events = ", ".join(subscription.events)
+    events = ", ".join(done.subscription.events)
     text = texts.NOTIFY_ON.format(events=events, what=what)
-    if before is not None:
-        text = texts.NOTIFY_REPLACED.format(events=events, what=what, old=", ".join(before))
+    if done.before is not None:
+        text = texts.NOTIFY_REPLACED.format(events=events, what=what, old=", ".join(done.before))
+    if done.others:
+        who = ", ".join(dict.fromkeys(mention(s.created_by) for s in done.others))
+        text += texts.NOTIFY_OTHERS_KEPT.format(who=who)
     return Reply(text=text + _schedule_note(ctx, command.filter), ephemeral=False)
 
 

@@ -46,7 +46,29 @@ CONFIRM_STOP_YES = "Stop it"
 CONFIRM_NO = "Keep running"
 CANCELLED = "Cancelled: nothing was launched."
 RESOLVING_CODE = "Resolving {source} to its commit… the plan card follows in a moment."
+READING_CODE = "Reading {source}… the plan card follows in a moment."
+CODE_HOST_BUSY_USER = (
+    "You already have {count} requests waiting on git hosts or code tarballs (the most one person may have): "
+    "wait for one to finish, then try again."
+)
+CODE_HOST_BUSY = (
+    "The bot already has {count} requests waiting on git hosts or code tarballs: try again in a minute."
+)
 LAUNCHING_EPHEMERAL = "Launching {model}: the job card is in this channel and its thread has the progress."
+# Where a job's card and thread live: a conversation the bot can post in (a DM between people or a private
+# channel it was not invited to takes a slash command, but no post from the bot).
+BUTTON_LAUNCH_DM = "Launch in DM"
+PLAN_IN_DM = (
+    ":warning: I can't post in this conversation, so a job's card and thread can't live here: `/invite @trainbot` "
+    "(or run /train in a channel I'm in), or press *{button}* to follow this job in a DM with me."
+)
+LAUNCHING_IN_DM = "Launching {model}: the job card is in your DM with trainbot and its thread has the progress."
+CANNOT_POST_HERE = (
+    "Nothing was launched: I can't post in this conversation (a DM between people, or a private channel I'm not "
+    "in), so the job would have no card or thread: `/invite @trainbot` here or run /train in a channel I'm in, "
+    "then press Launch again."
+)
+NO_DM_FOR_CARD = "Nothing was launched: Slack did not take the job's card in your DM with me ({reason}); press Launch again in a moment."
 ALREADY_LAUNCHED = "That plan was already launched as {lineage}."
 LAUNCH_REFUSED = "Not launched: {reason}"
 EDIT_REPROMPT = "Edit the command and send it again:\n`/train {command}`"
@@ -71,6 +93,10 @@ MODAL_LABELS = {
 CARD_TITLE = "{lineage}"
 CARD_FALLBACK = "{lineage}: {status}"
 CARD_LAUNCHING = "Launching…"
+#: A local run's cost: priced at SageMaker's rates for its instance type and time, billed nothing.
+LOCAL_PRICE = "{cost} on SageMaker (free here)"
+#: The card's live progress with when it was read: under load a card's refresh stretches, and says so.
+CARD_PROGRESS_AS_OF = "{progress}\n_as of {when}_"
 CARD_FIELDS = {
     "status": "Status",
     "attempt": "Attempt",
@@ -90,7 +116,10 @@ STATUS_WORDS = {
     "stopped": ":octagonal_sign: stopped",
     "gave_up": ":warning: gave up",
 }
-ATTEMPT_LINE = "{number} on {instance} ({market}){detail}"
+# "2 on ml.g5.xlarge (spot): 1 GPU as planned, Training": {change} says what another type changed (jobs.planning.batch).
+ATTEMPT_LINE = "{number} on {instance} ({market}){change}{detail}"
+# The forecast of a relaunched lineage is its attempt's, on the type it runs on now.
+CARD_FORECAST_ON = "{summary} (on {instance})"
 CARD_THREAD_HINT = "Progress, metrics and the final report go into this thread."
 REFUSED_CARD = ":no_entry: Not launched: {reason}"
 
@@ -100,7 +129,7 @@ JOBS_TITLE = "Jobs ({count})"
 JOBS_LINE = "*{lineage}* {status} · {model} · {count} x {instance}{spot} · worst case {estimate} · <@{user}>"
 JOBS_MORE = "… and {count} more; /job ID shows one."
 JOB_ATTEMPTS = "Attempts"
-JOB_ATTEMPT_LINE = "{job}: {status}{secondary}{reason}"
+JOB_ATTEMPT_LINE = "{job}: {status}{secondary}{reason} · on {instance} ({market}){change}"
 JOB_COMMAND = "Spec"
 
 # ---------------------------------------------------------------- /stop
@@ -115,6 +144,8 @@ REPORT_DETAILS = "Trainer details: {details}"
 REPORT_COST = "Cost"
 REPORT_SAVINGS = "Spot savings"
 REPORT_DURATION = "Training time"
+REPORT_RESUMED = "Resumed"
+REPORT_RESUMED_VALUE = "attempt {number} from the checkpoint at step {step} ({lost})"
 REPORT_LINKS = "Links"
 REPORT_ATTEMPTS = "Attempts"
 REPORT_CODE = "Code"
@@ -132,7 +163,7 @@ ROUTED = {
     "launched": ":rocket: *{lineage}* launched by {who}: {model} on {count} x {instance}{spot}. {link}",
     "interrupted": ":pause_button: *{lineage}*: spot capacity for {instance} was reclaimed; SageMaker resumes "
                    "it from its checkpoint ({who}). {link}",
-    "relaunched": ":recycle: *{lineage}* relaunched as {job} (attempt {attempt}, {instance}, {market}) ({who}). {link}",
+    "relaunched": ":recycle: *{lineage}* relaunched as {job} (attempt {attempt}, {instance}, {market}{change}) ({who}). {link}",
     "completed": ":white_check_mark: *{lineage}* completed{metrics}, cost {cost} ({who}). {link}",
     "failed": ":x: *{lineage}* failed: {reason} ({who}). {link}",
     "gave-up": ":warning: *{lineage}*: gave up after {attempts} attempts: {reason} ({who}). {link}",
@@ -159,7 +190,8 @@ THREAD_IN = "Its thread: {link}"
 
 # ---------------------------------------------------------------- /notify
 NOTIFY_ON = "This channel now gets {events} for {what}."
-NOTIFY_REPLACED = "This channel's subscription for {what} now has {events} (it had {old})."
+NOTIFY_REPLACED = "Your subscription of this channel for {what} now has {events} (it had {old})."
+NOTIFY_OTHERS_KEPT = " The subscriptions of {who} here stay as they are."
 NOTIFY_NO_SCHEDULE = " (No schedule is named {name} yet: it applies once one is.)"
 NOTIFY_OFF = "Removed {count} subscription(s) from this channel."
 NOTIFY_OFF_NONE = "This channel has no subscription{what}; /notify list shows them."
@@ -207,3 +239,6 @@ HOME_SCHEDULES = "Schedules"
 HOME_SCHEDULES_NONE = "No schedules. `/schedule add NAME cron=\"0 2 * * *\" TEXT` adds one."
 HOME_SCHEDULE_LINE = "*{name}* `{cron}` ({tz}) · next run {next_run}"
 HOME_MORE = "… and {count} more."
+HOME_MORE_RUNNING = "… and {count} more running: `/jobs active` lists them all."
+HOME_MORE_ENDPOINTS = "… and {count} more endpoints."
+HOME_MORE_ENDPOINTS_TAB = "… and {count} more endpoints: the trainbot Home tab shows up to 10."

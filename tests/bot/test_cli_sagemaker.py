@@ -164,3 +164,41 @@ def test_an_unreachable_aws_is_one_line_and_exit_1(cli_env: dict[str, str]) -> N
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert "testing" not in result.stderr  # the secret key never shows
+
+
+def test_status_refreshes_a_job_nothing_watches_and_says_why_it_ended(
+    moto_server: MotoAws, cli_env: dict[str, str]  # noqa: F811
+) -> None:
+    """A job launched with `trainbot launch` and never watched: status describes it once, records its
+    ending (the history record included) and says why it ended, instead of "running (so far)" forever."""
+    import json
+
+    from jobs.clock import SystemClock
+    from jobs.store.runs import RunHistory
+    from jobs.store.store import Store
+
+    done = trainbot(cli_env, "launch", "distilbert-spot").stdout.strip().splitlines()[-1]
+    failed = trainbot(cli_env, "launch", "distilbert-spot").stdout.strip().splitlines()[-1]
+    set_training_job_state(f"{done}-1", "Completed", "Completed", billable_seconds=300, training_seconds=1000,
+                           final_metrics={"eval_accuracy": 0.91})
+    set_training_job_state(f"{failed}-1", "Failed", failure_reason="AlgorithmError: ExecuteUserScriptError: exit 1")
+
+    status = trainbot(cli_env, "status", done)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    assert lines[0] == f"Job {done}: completed"
+    assert "refreshed from the backend just now; watched never: `trainbot watch` follows it" in status.stdout
+    store = Store(f"sqlite:///{cli_env['TRAINBOT_HOME']}/trainbot.db", clock=SystemClock())
+    took_seconds, _ = RunHistory(store, SystemClock()).took_of(done)
+    assert took_seconds is not None  # the history record later forecasts learn from
+
+    shown = trainbot(cli_env, "status", failed, "--json")
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["status"] == "failed" and data["reason"].startswith("AlgorithmError: ExecuteUserScriptError")
+    assert data["watch"] == {"last_watched_at": None, "refreshed": True}
+    assert trainbot(cli_env, "watch", "--once").returncode == 0
+    again = trainbot(cli_env, "status", failed)
+    assert "  ended: AlgorithmError: ExecuteUserScriptError: exit 1" in again.stdout.splitlines()
+    assert "refreshed" not in again.stdout  # nothing to refresh: it has ended
+    store.dispose()

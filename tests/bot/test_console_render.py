@@ -25,6 +25,7 @@ from jobs.planning.pricing import estimate
         ("<@U123>", "@U123"),
         ("<#C1|general>", "#general"),
         ("<!here>", "@here"),
+        ("_as of <!date^1767261840^{date_short_pretty} {time}|2026-01-01 10:04 UTC>_", "as of 2026-01-01 10:04 UTC"),
         ("<https://x.test/a|the logs>", "the logs (https://x.test/a)"),
         ("<https://x.test/a>", "https://x.test/a"),
         ("a &lt;b&gt; &amp; c", "a <b> & c"),

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from jobs.backends.local.offline_assets import LocalAssets
+from tests.support.assets import seed_assets
+
 SCRIPT = """\
 # the three recipes, a job stopped, and mistakes; then logs and the home page
 /notify on completed failed
@@ -57,8 +60,9 @@ def run_script(home: Path, script: str, timeout: float) -> subprocess.CompletedP
 
 
 @pytest.fixture(scope="module")
-def session(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
-    home = tmp_path_factory.mktemp("console") / "home"
+def session(tmp_path_factory: pytest.TempPathFactory,
+            local_assets: LocalAssets) -> tuple[subprocess.CompletedProcess[str], Path]:
+    home = seed_assets(tmp_path_factory.mktemp("console") / "home", local_assets)
     return run_script(home, SCRIPT, timeout=420), home
 
 
@@ -115,7 +119,8 @@ def test_spot_job_is_interrupted_and_resumed_from_its_checkpoint(
     relaunched = out.index(f"↳ {spot} › ♻ Relaunched as {spot}-2 (attempt 2")
     report = out.index(f"↳ {spot} › Final report: {spot}")
     assert taken < reclaimed < relaunched < report
-    assert re.search(rf"{spot} completed, cost \$[\d.]+, spot savings \d+%", out)
+    # A local run's cost is what SageMaker would bill for it.
+    assert re.search(rf"{spot} completed, cost \$[\d.]+ on SageMaker \(free here\), spot savings \d+%", out)
     second_log = (home / "local-jobs" / f"{spot}-2" / "logs" / "train.log").read_text()
     assert re.search(r"\[checkpoint\] resuming from .*checkpoint-\d+", second_log)
 

@@ -16,13 +16,12 @@ from typing import Any
 
 import pytest
 
-from bot.wiring import Runtime
-from jobs.backends.sagemaker_events import EventQueue, setup_events
+from bot.wiring import Runtime, build_endings, build_watcher
+from jobs.backends.sagemaker.events import EventQueue, setup_events
 from jobs.clock import SystemClock
 from jobs.lifecycle import events
 from jobs.lifecycle.service import JobService
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
-from jobs.lifecycle.watcher import Watcher
+from jobs.lineage import AttemptStatus, LineageStatus
 from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
@@ -87,7 +86,8 @@ def _bot(aws: MotoAws, home: Path, queue: str, *, recorders: list[Any] | None = 
     jobs = JobService(store=store, backend=backend, settings=config, clock=clock,
                       new_lineage_id=lambda spec: f"ev{next(_IDS):03d}-{datetime.now():%H%M%S%f}")
     runtime = Runtime(settings=config, clock=clock, store=store, backend=backend, jobs=jobs,
-                      watcher=Watcher(store, backend, clock, config),
+                      watcher=build_watcher(store, backend, clock, config),
+                      endings=build_endings(store, backend, clock, config),
                       events=EventQueue(session, done.queue_url, region=aws.region))
     return Bot(aws, runtime, done.queue_url, created, sent)
 
@@ -113,7 +113,7 @@ def test_an_event_relaunches_a_lost_spot_job_with_one_describe_and_its_message_g
     assert (spent["DescribeTrainingJob"], spent["CreateTrainingJob"], spent["ListTrainingJobs"]) == (1, 1, 0)
     assert (spent["ReceiveMessage"], spent["DeleteMessageBatch"]) == (1, 1)
     assert bot.runtime.store.get_attempt(job).status is AttemptStatus.STOPPED
-    kinds = [n.kind for n in bot.runtime.store.due_notifications(limit=100)]
+    kinds = [n.kind for n in bot.runtime.store.outbox.due_notifications(limit=100)]
     assert kinds.count(events.RELAUNCHED) == 1
     assert queue_counts(bot.aws, bot.queue_url) == (0, 0)
 
@@ -129,7 +129,7 @@ def test_duplicate_and_stale_events_still_act_once(bot: Bot) -> None:
     put_events(bot.aws, training_change(job))  # and once more, later
     bot.runtime.handle_events(wait_seconds=2)
     assert [c["TrainingJobName"] for c in bot.created.calls].count(job.removesuffix("-1") + "-2") == 1
-    kinds = [n.kind for n in bot.runtime.store.due_notifications(limit=100)]
+    kinds = [n.kind for n in bot.runtime.store.outbox.due_notifications(limit=100)]
     assert kinds.count(events.RELAUNCHED) == 1
     assert queue_counts(bot.aws, bot.queue_url) == (0, 0)
 

@@ -11,7 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from jobs.backends.local.offline_assets import LocalAssets
 from jobs.settings import Settings
+from tests.support.assets import seed_assets
 
 TRAINBOT = Path(sys.executable).with_name("trainbot")
 
@@ -49,3 +51,35 @@ def test_launch_prints_the_lineage_id_alone_even_on_first_use(tmp_path: Path) ->
     assert launched.stdout.count("\n") == 1 and launched.stdout.startswith("distilbert-spot-")
     stopped = run("stop", launched.stdout.strip())
     assert stopped.returncode == 0, stopped.stderr
+
+
+def test_a_job_launched_from_the_shell_is_followed_by_status_alone(tmp_path: Path, local_assets: LocalAssets) -> None:
+    """`trainbot launch` then `trainbot status`, nothing else running: status refreshes the job itself until
+    it ends (never "running (so far)" forever), shows where its checkpoints really are, and labels the
+    cost of a local run as what SageMaker would bill for it."""
+    import json
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINBOT_", "SLACK_", "AWS_"))}
+    env["TRAINBOT_HOME"] = str(seed_assets(tmp_path / "home", local_assets))
+    run = lambda *args: subprocess.run(  # noqa: E731
+        [str(TRAINBOT), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    launched = run("launch", "distilbert-spot", "max_steps=6", "checkpoint_minutes=0.01")
+    assert launched.returncode == 0, launched.stderr
+    lineage = launched.stdout.strip()
+    report: dict = {}
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        shown = run("status", lineage, "--json")
+        assert shown.returncode == 0, shown.stderr
+        report = json.loads(shown.stdout)
+        assert report["watch"]["refreshed"] or not report["partial"]
+        if not report["partial"]:
+            break
+        time.sleep(1)
+    assert report["status"] == "completed", report
+    text = run("status", lineage).stdout
+    [checkpoints] = [line.split(" ", 3)[-1] for line in text.splitlines() if line.startswith("  checkpoints ")]
+    assert Path(checkpoints).is_dir() and "TRAINBOT_BUCKET" not in text, text
+    assert "what SageMaker would bill for this run (a local run is free)" in text

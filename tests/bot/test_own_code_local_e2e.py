@@ -1,6 +1,7 @@
 """A team's own Trainer script, from a git repository the test makes, launched with the installed `trainbot`
-on the local backend: it trains the tiny offline BERT for real, and the report's loss and eval accuracy come
-from the lines the script's Trainer printed (the script knows nothing of trainbot).
+on the local backend: it trains the tiny offline BERT for real on the runtime of its training image
+(transformers 4.28.1, the session's image runtime), and the report's loss and eval accuracy come from the lines
+the script's Trainer printed (the script knows nothing of trainbot).
 
 Each command is a fresh process, as in a shell; the state between them lives in TRAINBOT_HOME.
 """
@@ -17,8 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from jobs.backends.offline_assets import ensure_local_assets
+from jobs.backends.local.offline_assets import LocalAssets, ensure_local_assets
+from jobs.backends.local.runtime import Runtime
+from tests.support.assets import seed_assets
 from tests.support.git_repos import make_repo
+from tests.support.runtimes import link_runtimes, ran_on_image_runtime
 
 TRAINBOT = Path(sys.executable).with_name("trainbot")
 JOB_TIMEOUT_S = 240
@@ -94,10 +98,13 @@ def trainbot(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
 
 
 @pytest.mark.slow
-def test_a_teams_trainer_script_from_git_trains_locally_and_reports_its_own_metrics(tmp_path: Path) -> None:
+def test_a_teams_trainer_script_from_git_trains_locally_and_reports_its_own_metrics(
+    tmp_path: Path, local_assets: LocalAssets, image_runtime: Runtime
+) -> None:
     repo = make_repo(tmp_path / "git", "team-models")
     commit = repo.commit({"classifier/train_text.py": TRAIN_SCRIPT, "classifier/textdata.py": TEXT_DATA})
-    home = tmp_path / "home"
+    home = seed_assets(tmp_path / "home", local_assets)
+    link_runtimes(home)
     data = ensure_local_assets(home).imdb_train.parent  # train/ and test/ channels of generated reviews
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_"))}
     env.update(TRAINBOT_HOME=str(home), TRAINBOT_BACKEND="local", TRAINBOT_CODE_SOURCES=repo.url,
@@ -111,7 +118,7 @@ def test_a_teams_trainer_script_from_git_trains_locally_and_reports_its_own_metr
     launched = trainbot(
         env, "launch", f"code=git+{repo.url}@main", "entry=classifier/train_text.py", "model=bert-base-uncased",
         f"train_data={data}", "max_steps=20", "batch_size=8", "lr=0.002", "max_seq_length=64", "logging_steps=5",
-        "eval_steps=10", "hp.eval_strategy=steps", "hp.report_to=none", "hp.save_strategy=no",
+        "eval_steps=10", "hp.evaluation_strategy=steps", "hp.report_to=none", "hp.save_strategy=no",
     )
     assert launched.returncode == 0, launched.stderr
     lineage = launched.stdout.strip().splitlines()[-1]
@@ -131,6 +138,7 @@ def test_a_teams_trainer_script_from_git_trains_locally_and_reports_its_own_metr
     assert report["task"] is None and report["code"].endswith(f"@{commit[:7]} (main), entry classifier/train_text.py")
     assert {"loss", "eval_loss", "eval_accuracy"} <= set(report["metrics"]), report["metrics"]
     assert "[metric]" not in log  # every figure came from what the Trainer itself printed
+    assert ran_on_image_runtime(home / "local-jobs" / f"{lineage}-1", log)  # the image's packages, not the bot's
     printed = re.findall(r"'eval_accuracy': '?([0-9.]+)", log)  # transformers 5 prints '0.5312', 4.x 0.53125
     assert printed and report["metrics"]["eval_accuracy"] == pytest.approx(float(printed[-1]))
     model = home / "local-jobs" / f"{lineage}-1" / "model"

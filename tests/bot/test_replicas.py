@@ -25,19 +25,20 @@ from typing import Any
 import pytest
 
 from bot.scheduler import ApsCronCalendar
-from jobs.clock import FakeClock, SystemClock
-from jobs.lifecycle import state as st
+from jobs import lineage as moves
+from jobs.clock import SystemClock
 from jobs.lifecycle.service import JobService
-from jobs.lifecycle.state import AttemptStatus, LineageStatus
+from jobs.lineage import AttemptStatus, LineageStatus
 from jobs.planning.grammar import parse_command
 from jobs.planning.plan import build_plan
 from jobs.records import Actor
 from jobs.schedules.service import ScheduleService
-from jobs.schedules.store import schedule_runs
 from jobs.settings import Settings
 from jobs.store.migrate import head_revision
-from jobs.store.schema import read_transaction
+from jobs.store.rate_ledger import StoreRateLedger
+from jobs.store.schema import read_transaction, schedule_runs
 from jobs.store.store import Store
+from tests.support.clock import FakeClock
 from tests.support.moto_server import (  # noqa: F401  (fixtures)
     MotoAws,
     free_port,
@@ -103,8 +104,8 @@ class Cluster:
                                   launch_plan=plan.stored())
         self.store.set_message(lineage_id, "C_ML", f"1699999999.{next(_IDS):06d}")
         self.store.add_attempt(lineage_id, number=1, instance_type=plan.spec.instance_type, spot=plan.spec.spot)
-        self.store.transition_attempt(job, st.ATTEMPT_CONFIRMED)
-        self.store.transition_lineage(lineage_id, st.CONFIRM_LAUNCH)
+        self.store.transition_attempt(job, moves.ATTEMPT_CONFIRMED)
+        self.store.transition_lineage(lineage_id, moves.CONFIRM_LAUNCH)
         return lineage_id
 
     def posts(self) -> list[str]:
@@ -204,7 +205,7 @@ def test_two_bots_on_one_postgres_act_once_and_carry_on_when_one_is_killed(clust
                                training_seconds=300)
     _wait(lambda: all(_relaunch_announced(cluster, lid) for lid in lineages), 90,
           "one relaunch of each lineage, announced", cluster.replicas)
-    time.sleep(3)  # a few more cycles of both bots: nothing may happen twice
+    _more_cycles(cluster, 4)  # a few more watch cycles of the bots: nothing may happen twice
     launched = Counter(_launched_jobs(cluster.logs()))
     for lid in lineages:
         assert launched[f"{lid}-2"] == 1, launched
@@ -249,6 +250,22 @@ def test_two_bots_on_one_postgres_act_once_and_carry_on_when_one_is_killed(clust
     for lid in [*lineages, late]:
         assert sum(text.startswith(f"Relaunched as {lid}-2 ") for text in posts) == 1, posts
     assert cluster.store.get_lineage(late).status is not LineageStatus.GAVE_UP
+    # Their Slack calls drew on one budget: the rate-limit buckets both governors keep in the store.
+    shared = StoreRateLedger(cluster.store.engine).buckets()
+    assert "chat.postMessage" in shared and any(key.startswith("channel:") for key in shared)
+
+
+def _more_cycles(cluster: Cluster, count: int) -> None:
+    """Until the bots have finished ``count`` more full watch cycles (each stamps the store as it ends)."""
+    from jobs.lifecycle.watcher import watched_key
+
+    stamps = {cluster.store.get_meta(watched_key("sagemaker"))}
+
+    def enough() -> bool:
+        stamps.add(cluster.store.get_meta(watched_key("sagemaker")))
+        return len(stamps) > count
+
+    _wait(enough, 60, f"{count} more watch cycles", cluster.replicas)
 
 
 def _relaunch_announced(cluster: Cluster, lineage_id: str) -> bool:

@@ -12,15 +12,16 @@ from pathlib import Path
 
 from bot.scheduler import SchedulerRunner
 from bot.wiring import build_runtime
-from jobs.clock import FakeClock
-from jobs.lifecycle.state import LineageStatus
+from jobs.lineage import LineageStatus
 from jobs.records import Actor
 from jobs.settings import Settings
+from tests.support.clock import FakeClock
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 
 
-def test_a_schedule_due_in_seconds_starts_a_real_tiny_job(trainbot_home: Path) -> None:
+def test_a_schedule_due_in_seconds_starts_a_real_tiny_job(local_home: Path) -> None:
+    trainbot_home = local_home
     clock = FakeClock(datetime(2026, 1, 10, 1, 59, 55, tzinfo=timezone.utc))  # five seconds before 02:00
     settings = Settings(trainbot_home=trainbot_home, trainbot_backend="local")
     runtime = build_runtime(settings, clock=clock)

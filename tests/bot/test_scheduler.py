@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from bot.scheduler import ApsCronCalendar, LeaderLease, SchedulerRunner
-from jobs.clock import FakeClock
 from jobs.errors import ScheduleError
 from jobs.settings import Settings
 from tests.jobs.test_schedules import ALICE, TRAIN, World, finish, make_world
+from tests.support.clock import FakeClock
 
 ROOT = Path(__file__).resolve().parents[2]
 UTC = timezone.utc
@@ -203,7 +203,7 @@ _CHILD = """
 import json, sys
 from datetime import datetime, timezone
 from bot.scheduler import LeaderLease, SchedulerRunner
-from jobs.clock import FakeClock
+from tests.support.clock import FakeClock
 from jobs.settings import Settings
 from tests.jobs.test_schedules import make_world
 world = make_world(sys.argv[1], FakeClock(datetime(2026, 3, 2, 2, 0, 5, tzinfo=timezone.utc)))
@@ -251,3 +251,39 @@ def test_the_background_thread_fires_a_due_schedule(db: str) -> None:
     finally:
         runner.shutdown()
     assert len(launched(world)) == 1
+
+
+# -- the schema at start ------------------------------------------------------------------------------------
+
+
+def test_every_table_is_made_before_any_thread_starts_so_a_busy_store_never_refuses_a_start(tmp_path: Path) -> None:
+    """Reproduces bug 3 of issue 21: `trainbot console` died at start, about 1 in 3 on a store where a
+    CLI-launched job had ended, with "database is locked [SQL: CREATE TABLE apscheduler_jobs ...]":
+    APScheduler made its job table from the scheduler's start, after the watcher thread had begun writing,
+    and SQLite refuses a schema change in a transaction whose snapshot another writer moved on. Here the
+    other writer commits exactly between APScheduler's check for its table and its CREATE TABLE."""
+    from sqlalchemy import event, inspect
+
+    from bot.wiring import build_runtime
+    from jobs.store.store import Store
+    from tests.jobs.fakes import ScriptedBackend
+
+    settings = Settings(trainbot_home=tmp_path)
+    clock = FakeClock(utc(2026, 3, 1, 9))
+    runtime = build_runtime(settings, clock=clock, backend=ScriptedBackend(clock=clock))
+    assert inspect(runtime.store.engine).has_table("apscheduler_jobs")  # made with the migrations
+    other = Store(settings.database_url, clock=clock)  # the watcher thread, writing
+
+    def write_meanwhile(conn: object, cursor: object, statement: str, *rest: object) -> None:
+        if statement.lstrip().upper().startswith("CREATE TABLE APSCHEDULER_JOBS"):
+            other.set_meta("watcher.cursor.fake", clock.now().isoformat())
+
+    event.listen(runtime.store.engine, "before_cursor_execute", write_meanwhile)
+    runner = SchedulerRunner(runtime.settings, runtime.schedules, clock, autorun=False, inline=True)
+    try:
+        runner.start()
+        runner.tick()
+    finally:
+        runner.shutdown()
+        other.dispose()
+        runtime.shutdown()

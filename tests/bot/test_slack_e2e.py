@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import update
 
-from bot.serve import SlackParts, build_slack
-from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
+from bot.serve import SlackParts
 from bot.wiring import Runtime, build_runtime
 from handlers import cards
 from handlers.blocks import buttons_in
@@ -36,7 +35,13 @@ from tests.support.moto_server import (  # noqa: F401  (fixtures)
     training_job,
 )
 from tests.support.slack_api import BOT_TOKEN, SlackApiServer
-from tests.support.slack_bot import BackgroundWork, HttpBot, block_action, slash_command
+from tests.support.slack_bot import (
+    BackgroundWork,
+    HttpBot,
+    block_action,
+    served_runtime,
+    slash_command,
+)
 
 SECRET = "e2e-signing-secret"
 
@@ -52,8 +57,9 @@ class E2E:
     aws: MotoAws
 
     def cycle(self) -> int:
-        """One watcher cycle, then the outbox delivered to the fake Slack."""
+        """One watcher cycle and the steps after each ending, then the outbox delivered to the fake Slack."""
         self.runtime.watcher.poll_once()
+        self.runtime.endings.process_due()
         return deliver_due(self.parts.services, self.parts.chat)
 
 
@@ -68,17 +74,10 @@ def e2e(tmp_path: Path, moto_aws: MotoAws) -> Iterator[E2E]:  # noqa: F811
     creates = CallRecorder("CreateTrainingJob")
     backend = sagemaker_backend(moto_aws, moto_aws.boto_session(recorders=[creates]))
     runtime = build_runtime(settings, backend=backend)
-    work = BackgroundWork()
-    runtime.run_later = work  # type: ignore[method-assign]  # the same bounded pool, but waitable
-    client = make_web_client(settings)
-    parts = build_slack(runtime, http=True, client=client, chat=SlackChat(client, pacer=ChannelPacer(0.0)))
-    bot = HttpBot(parts.app, secret=SECRET).start()
     try:
-        yield E2E(slack, runtime, parts, bot, work, creates, moto_aws)
+        with served_runtime(runtime, secret=SECRET) as (parts, bot, work):
+            yield E2E(slack, runtime, parts, bot, work, creates, moto_aws)
     finally:
-        bot.stop()
-        work.shutdown()
-        runtime.executor.shutdown()
         slack.stop()
 
 
@@ -167,7 +166,7 @@ def test_a_slack_outage_delays_notifications_and_never_drops_them(e2e: E2E) -> N
     set_training_job_state(f"{lineage_id}-1", "InProgress", "Training")
     e2e.slack.set_down(True)
     assert e2e.cycle() == 0
-    assert e2e.runtime.store.due_notifications() == []  # deferred, with a backoff
+    assert e2e.runtime.store.outbox.due_notifications() == []  # deferred, with a backoff
     e2e.slack.set_down(False)
     with e2e.runtime.store.engine.begin() as conn:  # jump over the backoff rather than sleep through it
         conn.execute(update(outbox).values(next_try_at=datetime(2000, 1, 1, tzinfo=timezone.utc)))

@@ -14,14 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from bot.slack_chat import OUTBOX_EVENT, ChannelPacer, SlackChat, make_web_client
+from bot.slack_chat import OUTBOX_EVENT, SlackChat
 from handlers.notify import deliver_due
 from jobs.lifecycle import events
+from jobs.lineage import Lineage
 from jobs.records import Actor
-from jobs.store.store import Lineage
+from jobs.store.card_redraws import CardRedraws
 from tests.handlers.fakes import ALICE, CHANNEL, World, make_world
 from tests.handlers.test_notify import report
 from tests.support.slack_api import BOT_TOKEN, SlackApiServer
+from tests.support.slack_bot import unpaced_web_client
 
 TIMEOUT = 1  # the client's, in seconds
 LATE = 2.5  # Slack's answer to a slow post, well after the client gave up
@@ -44,7 +46,7 @@ class Rig:
 def rig(tmp_path: Path) -> Iterator[Rig]:
     with SlackApiServer() as slack:
         world = make_world(tmp_path, slack_bot_token=BOT_TOKEN, slack_api_url=slack.base_url)
-        chat = SlackChat(make_web_client(world.settings, timeout=TIMEOUT), pacer=ChannelPacer(0.0))
+        chat = SlackChat(unpaced_web_client(world.settings, timeout=TIMEOUT))
         yield Rig(slack, world, chat)
 
 
@@ -58,7 +60,7 @@ def with_card(rig: Rig) -> Lineage:
 
 def enqueue_report(rig: Rig, lineage: Lineage) -> None:
     payload = events.completed(lineage.id, f"{lineage.id}-1", report(lineage), None)
-    rig.world.store.enqueue(kind=payload["kind"], payload=payload, dedup_key=f"report:{lineage.id}",
+    rig.world.store.outbox.enqueue(kind=payload["kind"], payload=payload, dedup_key=f"report:{lineage.id}",
                             lineage_id=lineage.id, channel=lineage.channel)
 
 
@@ -82,7 +84,7 @@ def test_a_post_answered_after_the_timeout_is_not_posted_again(rig: Rig) -> None
     assert report_message["metadata"]["event_type"] == OUTBOX_EVENT
     assert posts(rig) == 2  # the card and the one report
     assert rig.slack.calls_to("conversations.replies")[0].params["ts"] == lineage.message_ts
-    assert rig.world.store.due_notifications() == []
+    assert rig.world.store.outbox.due_notifications() == []
 
 
 def test_still_one_message_however_often_the_delivery_is_retried(rig: Rig) -> None:
@@ -90,11 +92,13 @@ def test_still_one_message_however_often_the_delivery_is_retried(rig: Rig) -> No
     enqueue_report(rig, lineage)
     rig.slack.answer_late("chat.postMessage", seconds=LATE)
     rig.slack.fail("conversations.replies", times=2)  # looking fails twice: it must not post meanwhile
-    rig.slack.fail("chat.update", times=2)  # then redrawing the card fails twice more
+    rig.slack.fail("chat.update", times=2)  # then redrawing the card fails twice: the redraw pass retries it
     delivered = [rig.deliver() for _ in range(7)]
-    assert delivered == [0, 0, 0, 0, 0, 1, 0]
+    assert delivered == [0, 0, 0, 1, 0, 0, 0]
     assert len(reports_in_thread(rig, lineage)) == 1 and posts(rig) == 2
-    assert rig.world.store.due_notifications() == []
+    assert rig.world.store.outbox.due_notifications() == []
+    assert len(rig.slack.calls_to("chat.update")) == 3  # failed, failed, drawn: then nothing is left to draw
+    assert CardRedraws(rig.world.store, rig.world.clock).waiting() == []
 
 
 def test_a_dropped_connection_after_the_post_is_not_posted_again(rig: Rig) -> None:
@@ -123,7 +127,7 @@ def test_the_launcher_dm_and_a_late_card_are_posted_once_too(rig: Rig) -> None:
     the three posts (card, thread reply, DM) is answered late, and each is made once."""
     lineage = rig.world.jobs.launch("distilbert-spot", actor=Actor("cli:ops", channel_id=None, via="cli"))
     payload = events.failed(lineage.id, f"{lineage.id}-1", "AlgorithmError: boom", ["line"])
-    rig.world.store.enqueue(kind=payload["kind"], payload=payload, dedup_key=f"failed:{lineage.id}",
+    rig.world.store.outbox.enqueue(kind=payload["kind"], payload=payload, dedup_key=f"failed:{lineage.id}",
                             lineage_id=lineage.id, channel=CHANNEL)
     rig.slack.answer_late("chat.postMessage", seconds=LATE, times=3)
     assert [rig.deliver() for _ in range(4)] == [0, 0, 0, 1]

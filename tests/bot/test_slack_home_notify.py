@@ -16,17 +16,20 @@ from pathlib import Path
 import pytest
 
 from bot.slack_app import create_app
-from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
+from bot.slack_chat import SlackChat
+from bot.wiring import build_endings, build_watcher
 from handlers import cards
 from handlers.blocks import buttons_in
 from handlers.context import Services
 from handlers.home import HomeRefresher
 from handlers.notify import deliver_due
+from jobs.endings.stage import EndingStage
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.watcher import Watcher
+from jobs.lineage import Lineage
 from jobs.records import Actor, RemoteStatus
 from jobs.settings import Settings
-from jobs.store.store import Lineage, Store
+from jobs.store.store import Store
 from tests.handlers.fakes import World, make_world
 from tests.support.moto_server import MotoAws, moto_aws, moto_server, sagemaker_backend  # noqa: F401
 from tests.support.slack_api import BOT_TOKEN, SlackApiServer
@@ -37,6 +40,7 @@ from tests.support.slack_bot import (
     home_action,
     home_opened,
     slash_command,
+    unpaced_web_client,
 )
 
 SECRET = "test-signing-secret"
@@ -55,6 +59,7 @@ class Rig:
     home: HomeRefresher
     world: World | None = None
     watcher: Watcher | None = None
+    endings: EndingStage | None = None
 
     def settle(self) -> None:
         self.work.settle()
@@ -70,8 +75,8 @@ class Rig:
 @contextlib.contextmanager
 def running_bot(services: Services, settings: Settings, slack: SlackApiServer, work: BackgroundWork
                 ) -> Iterator[tuple[SlackChat, HttpBot, HomeRefresher]]:
-    client = make_web_client(settings)
-    chat = SlackChat(client, pacer=ChannelPacer(0.0))
+    client = unpaced_web_client(settings)
+    chat = SlackChat(client)
     home = HomeRefresher(services, chat, min_interval=0.0)
     app = create_app(settings, services, client=client, chat=chat, http=True, home=home)
     bot = HttpBot(app, secret=SECRET).start()
@@ -88,10 +93,11 @@ def scripted_rig(tmp_path: Path, **settings: object) -> Iterator[Rig]:
     work = BackgroundWork()
     world = make_world(tmp_path, run_later=work, slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET,
                        slack_api_url=slack.base_url, trainbot_admins=("U_ADMIN",), **settings)
-    watcher = Watcher(world.store, world.backend, world.clock, world.settings)
+    watcher = build_watcher(world.store, world.backend, world.clock, world.settings)
+    endings = build_endings(world.store, world.backend, world.clock, world.settings)
     try:
         with running_bot(world.services, world.settings, slack, work) as (chat, bot, home):
-            yield Rig(slack, world.services, world.store, chat, bot, work, home, world, watcher)
+            yield Rig(slack, world.services, world.store, chat, bot, work, home, world, watcher, endings)
     finally:
         work.shutdown()
         slack.stop()
@@ -118,6 +124,8 @@ def cycle(rig: Rig) -> None:
     assert rig.world is not None and rig.watcher is not None
     rig.world.clock.advance(5)
     rig.watcher.poll_once()
+    if rig.endings is not None:
+        rig.endings.process_due()
 
 
 # ---------------------------------------------------------------- the App Home

@@ -11,7 +11,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
+from bot.slack_chat import SlackChat, make_web_client
 from handlers import cards, train
 from handlers.blocks import buttons_in
 from tests.handlers.fakes import make_world
@@ -235,27 +235,18 @@ def test_serve_http_answers_then_stops_cleanly_on_sigterm(tmp_path: Path) -> Non
         assert "stopped cleanly" in (tmp_path / "trainbot.log").read_text()
 
 
-def test_posts_are_paced_per_channel() -> None:
-    now = [0.0]
-    slept: list[float] = []
-    pacer = ChannelPacer(1.0, monotonic=lambda: now[0], sleep=slept.append)
-    assert [pacer.wait("C1"), pacer.wait("C1"), pacer.wait("C2"), pacer.wait("C1")] == [0.0, 1.0, 0.0, 2.0]
-    now[0] = 10.0
-    assert pacer.wait("C1") == 0.0 and slept == [1.0, 2.0]
-
-
 def test_slack_chat_paces_posts_and_turns_failures_into_chat_unavailable(tmp_path: Path) -> None:
     from handlers.chat import ChatUnavailable
     from jobs.settings import Settings
 
     with SlackApiServer() as slack:
         settings = Settings(slack_bot_token=BOT_TOKEN, slack_api_url=slack.base_url.rstrip("/"))
-        chat = SlackChat(make_web_client(settings), pacer=ChannelPacer(0.2))
+        chat = SlackChat(make_web_client(settings))  # the governor on the real clock: a burst of 2, then 1.2 s
         for _ in range(3):
             chat.post("C1", "hi")
         chat.post("C2", "other")
         c1 = [c.at for c in slack.calls_to("chat.postMessage") if c.params["channel"] == "C1"]
-        assert c1[2] - c1[0] >= 0.38
+        assert c1[2] - c1[0] >= 1.1
         slack.fail("chat.postMessage", error="channel_not_found")
         with pytest.raises(ChatUnavailable, match="channel_not_found") as caught:
             chat.post("C3", "hi")
@@ -275,7 +266,7 @@ def test_slack_chat_paces_posts_and_turns_failures_into_chat_unavailable(tmp_pat
 
 
 def test_user_groups_in_the_allow_list_are_resolved_through_slack(tmp_path: Path) -> None:
-    from bot.slack_app import GroupDirectory
+    from bot.slack_people import GroupDirectory
     from handlers import router
     from jobs.records import Actor
 

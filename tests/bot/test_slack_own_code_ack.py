@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from bot.serve import SlackParts, build_slack
-from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
+from bot.slack_chat import SlackChat
 from bot.wiring import Runtime, build_runtime
 from handlers import cards
 from handlers.blocks import buttons_in
@@ -35,7 +35,14 @@ from tests.support.moto_server import (  # noqa: F401  (fixtures)
     sagemaker_backend,
 )
 from tests.support.slack_api import BOT_TOKEN, SlackApiServer
-from tests.support.slack_bot import BackgroundWork, HttpBot, block_action, slash_command, view_submission
+from tests.support.slack_bot import (
+    BackgroundWork,
+    HttpBot,
+    block_action,
+    slash_command,
+    unpaced_web_client,
+    view_submission,
+)
 
 SECRET = "own-code-signing-secret"
 GATE_SECONDS = 10  # how long the wrapper holds ls-remote for a closed gate before it gives up waiting
@@ -119,8 +126,10 @@ def rig(tmp_path: Path, moto_aws: MotoAws, monkeypatch: pytest.MonkeyPatch) -> I
     runtime = build_runtime(settings, backend=backend)
     work = BackgroundWork()
     runtime.run_later = work  # type: ignore[method-assign]  # the same bounded pool, but waitable
-    client = make_web_client(settings)
-    parts = build_slack(runtime, http=True, client=client, chat=SlackChat(client, pacer=ChannelPacer(0.0)))
+    # Work that waits on git has a pool of its own (bot/code_hosts.py); here it goes to the waitable one too.
+    runtime.code_hosts.submit = lambda user, job: work(job)  # type: ignore[method-assign]
+    client = unpaced_web_client(settings)
+    parts = build_slack(runtime, http=True, client=client, chat=SlackChat(client))
     bot = HttpBot(parts.app, secret=SECRET).start()
     try:
         yield Rig(slack, runtime, parts, bot, work, creates, moto_aws, repo, gate)
@@ -162,13 +171,17 @@ def test_own_code_is_acked_before_its_ref_is_resolved_and_the_card_follows(rig: 
     assert rig.git.lines() == ["started", "done"]
 
 
-def test_a_card_that_needs_no_network_is_still_the_ack(rig: Rig) -> None:
+def test_a_pinned_commit_is_read_after_the_ack_once_then_its_card_is_the_ack(rig: Rig) -> None:
     commit = rig.repo.commit({"jobs/train.py": "print('planned')\n"})
+    text = f"distilbert-spot code=git+{rig.repo.url}@{commit} entry=jobs/train.py"
 
-    ack = rig.train(f"distilbert-spot code=git+{rig.repo.url}@{commit} entry=jobs/train.py")
+    first = rig.train(text)  # the card says what the entry saves: read from a checkout of that commit
+    assert first["text"].startswith("Reading ") and not first.get("blocks"), first
+    assert f"@{commit[:7]}" in json.dumps(rig.responses()[-1]["blocks"])
 
-    assert f"@{commit[:7]}" in json.dumps(ack["blocks"]) and launch_value(ack["blocks"])
-    assert rig.git.lines() == [] and rig.slack.calls_to("response") == []
+    again = rig.train(text)  # the commit is here now: nothing to ask the host
+    assert f"@{commit[:7]}" in json.dumps(again["blocks"]) and launch_value(again["blocks"])
+    assert rig.git.lines() == [] and len(rig.slack.calls_to("response")) == 1  # no ls-remote, no second answer
 
 
 def test_a_ref_that_cannot_be_resolved_is_one_sentence_after_the_ack(rig: Rig) -> None:

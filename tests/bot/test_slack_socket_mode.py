@@ -12,12 +12,18 @@ import pytest
 
 from bot.serve import socket_mode_handler
 from bot.slack_app import create_app
-from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
+from bot.slack_chat import SlackChat
 from handlers import cards
 from handlers.blocks import buttons_in
 from tests.handlers.fakes import World, make_world
 from tests.support.slack_api import APP_TOKEN, BOT_TOKEN, SlackApiServer
-from tests.support.slack_bot import BackgroundWork, block_action, slash_command
+from tests.support.slack_bot import (
+    BackgroundWork,
+    block_action,
+    home_opened,
+    slash_command,
+    unpaced_web_client,
+)
 from tests.support.slack_socket import SocketModeServer
 
 
@@ -37,9 +43,9 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     work = BackgroundWork()
     world = make_world(tmp_path, run_later=work, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN,
                        slack_api_url=slack.base_url, trainbot_allowed_users=("U_ALICE",))
-    client = make_web_client(world.settings)
+    client = unpaced_web_client(world.settings)
     app = create_app(world.settings, world.services, client=client,
-                     chat=SlackChat(client, pacer=ChannelPacer(0.0)), http=False)
+                     chat=SlackChat(client), http=False)
     handler = socket_mode_handler(app, APP_TOKEN, client)
     handler.connect()
     socket.wait_connected()
@@ -93,6 +99,34 @@ def test_a_stranger_is_refused_over_socket_mode(rig: Rig) -> None:
     assert ack.payload is not None and "not allowed" in ack.payload["text"]
     assert [e.action for e in rig.world.store.audit_log()] == ["train.refused"]
     assert "blocks" not in json.dumps(ack.payload) or not ack.payload.get("blocks")
+
+
+def test_an_event_redelivered_over_socket_mode_is_handled_once_whichever_delivery_arrives(rig: Rig) -> None:
+    """Issue 26: Socket Mode's retry_attempt > 0 was dropped outright, so an app_home_opened whose first
+    envelope never reached the bot was lost; a redelivery of one that did is still dropped."""
+    lost = home_opened("U_ALICE")
+    lost["event_id"] = "EvLOST"
+    rig.socket.wait_ack(rig.socket.send("events_api", lost, retry_attempt=1, retry_reason="timeout"))
+    rig.slack.wait_calls("views.publish")
+    rig.work.settle()
+    rig.socket.wait_ack(rig.socket.send("events_api", lost, retry_attempt=2, retry_reason="timeout"))
+    rig.work.settle()
+    assert len(rig.slack.calls_to("views.publish")) == 1
+
+
+def test_train_from_a_dm_between_people_over_socket_mode_offers_the_dm(rig: Rig) -> None:
+    rig.slack.hide("D0PEOPLE")
+    command = slash_command("/train", "distilbert-spot", channel="D0PEOPLE", channel_name="directmessage",
+                            response_url=rig.slack.response_url("cmd"))
+    rig.socket.wait_ack(rig.socket.send("slash_commands", command))
+    offer, = rig.slack.wait_calls("response")
+    value = next(b["value"] for b in buttons_in(offer.params["blocks"]) if b["action_id"] == cards.ACTION_LAUNCH)
+    rig.socket.wait_ack(rig.socket.send("interactive", block_action(
+        cards.ACTION_LAUNCH, value, channel="D0PEOPLE", response_url=rig.slack.response_url("click"))))
+    rig.slack.wait_calls("chat.update")
+    rig.work.settle()
+    lineage, = rig.world.jobs.list()
+    assert lineage.channel == "DU_ALICE" and len(rig.world.backend.created) == 1
 
 
 def test_serve_over_socket_mode_then_stop_cleanly_on_sigterm(tmp_path: Path) -> None:

@@ -8,29 +8,20 @@ Real processes, real training of the tiny model; the two lineages train side by 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
-import pytest
 from safetensors.torch import load_file
 
 from bot.wiring import build_runtime
-from jobs.backends.local import LocalBackend
+from jobs.backends.local.training_jobs import LocalBackend
 from jobs.clock import SystemClock
-from jobs.lifecycle.state import LineageStatus
+from jobs.lineage import LineageStatus
 from jobs.records import Actor
 from jobs.settings import Settings
+from tests.support.waiting import wait_for
 
 OPERATOR = Actor("cli:test", via="cli")
 SPEC = "distilbert-spot epochs=1"
-
-
-def wait_for(condition, what: str, timeout: float = 240) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.5)
 
 
 def weights(model_dir: str) -> dict:  # type: ignore[type-arg]
@@ -38,7 +29,8 @@ def weights(model_dir: str) -> dict:  # type: ignore[type-arg]
     return load_file(str(file))
 
 
-def test_a_reclaimed_spot_job_resumes_and_matches_an_uninterrupted_run(trainbot_home: Path) -> None:
+def test_a_reclaimed_spot_job_resumes_and_matches_an_uninterrupted_run(local_home: Path) -> None:
+    trainbot_home = local_home
     settings = Settings(trainbot_home=trainbot_home, trainbot_backend="local", trainbot_relaunch_backoff_seconds=0)
     # The real clock: a reclaimed local job shows Interrupted for a few seconds of it before it ends.
     runtime = build_runtime(settings, clock=SystemClock())

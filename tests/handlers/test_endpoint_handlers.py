@@ -15,7 +15,7 @@ from handlers.context import CommandContext
 from jobs.endpoints.port import EndpointStatus
 from jobs.endpoints.service import EndpointService
 from jobs.errors import BackendError, InvalidState
-from jobs.lifecycle.state import LineageStatus
+from jobs.lineage import LineageStatus
 from jobs.records import Actor
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, Deferred, World, make_world, walk_limits
 from tests.support.endpoints import FakeEndpoints, completed_lineage

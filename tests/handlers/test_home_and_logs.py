@@ -13,11 +13,11 @@ import pytest
 from handlers import cards, router
 from handlers.blocks import buttons_in
 from handlers.home import HomeRefresher, home_blocks
+from jobs import lineage as moves
 from jobs.budget import SpendLedger
 from jobs.errors import CapacityError
-from jobs.lifecycle import state as st
 from jobs.lifecycle.progress import LiveProgress
-from jobs.lifecycle.state import LineageStatus
+from jobs.lineage import LineageStatus
 from jobs.planning.pricing import usd
 from jobs.store.runs import RunHistory
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, World, make_world, walk_limits
@@ -47,9 +47,9 @@ def end(world: World, lineage_id: str, status: LineageStatus, *, billable: int =
     """What the watcher records when the backend says the job completed or failed."""
     job = world.jobs.get(lineage_id).attempts[-1].job_name
     completed = status is LineageStatus.COMPLETED
-    world.store.transition_attempt(job, st.ATTEMPT_COMPLETED if completed else st.ATTEMPT_FAILED,
+    world.store.transition_attempt(job, moves.ATTEMPT_COMPLETED if completed else moves.ATTEMPT_FAILED,
                                    billable_seconds=billable, training_seconds=billable)
-    assert world.store.transition_lineage(lineage_id, st.COMPLETE if completed else st.FAIL)
+    assert world.store.transition_lineage(lineage_id, moves.COMPLETE if completed else moves.FAIL)
 
 
 # ---------------------------------------------------------------- the home
@@ -176,3 +176,15 @@ def test_a_job_of_another_backend_or_never_started_is_named_back(world: World) -
     ctx = dataclasses.replace(world.ctx(), services=elsewhere)
     assert "TRAINBOT_BACKEND=fake" in router.run_command(ctx, "logs", lineage.id).text
     assert world.chat.of("ephemeral") == []
+
+
+def test_a_local_jobs_card_prices_it_as_sagemaker_would_bill_it(world: World) -> None:
+    from dataclasses import replace
+
+    lineage_id = world.jobs.launch("distilbert-spot", actor=ALICE).id
+    end(world, lineage_id, LineageStatus.COMPLETED, billable=600)
+    ran_here = replace(world.jobs.get(lineage_id), backend="local")
+    _, card = cards.launch_card(ran_here)
+    assert "on SageMaker (free here)" in flat(card)
+    _, card = cards.launch_card(world.jobs.get(lineage_id))
+    assert "free here" not in flat(card)

@@ -9,8 +9,7 @@ import pytest
 
 from handlers import cards, router
 from handlers.blocks import buttons_in
-from jobs.lifecycle.state import LineageStatus
-from jobs.store.store import Lineage
+from jobs.lineage import Lineage, LineageStatus
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, World, make_world, walk_limits
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from handlers.notify import deliver_due
 from jobs.lifecycle import events
-from jobs.store.store import Lineage
+from jobs.lineage import Lineage
 from tests.handlers.fakes import ALICE, CHANNEL, World, make_world, walk_limits
 
 CARD_TS = "77.0001"
@@ -29,7 +29,7 @@ def launched(world: World, *, card: bool = True) -> Lineage:
 
 
 def enqueue(world: World, lineage: Lineage, payload: dict, key: str | None = None) -> None:
-    world.store.enqueue(kind=payload["kind"], payload=payload, dedup_key=key or payload["kind"],
+    world.store.outbox.enqueue(kind=payload["kind"], payload=payload, dedup_key=key or payload["kind"],
                         lineage_id=lineage.id, channel=lineage.channel)
 
 
@@ -55,7 +55,7 @@ def all_kinds(lineage: Lineage, png: Path) -> list[dict]:
     ]
 
 
-def test_each_kind_goes_into_the_thread_and_redraws_the_card(world: World, tmp_path: Path) -> None:
+def test_each_kind_goes_into_the_thread_in_order_and_the_card_is_redrawn_once(world: World, tmp_path: Path) -> None:
     lineage = launched(world)
     png = tmp_path / "curve.png"
     png.write_bytes(b"\x89PNG fake")
@@ -66,17 +66,31 @@ def test_each_kind_goes_into_the_thread_and_redraws_the_card(world: World, tmp_p
     assert len(posts) == 7 and all(p.thread_ts == CARD_TS and p.channel == CHANNEL for p in posts)
     for post in posts:
         walk_limits(post.blocks or [])
-    failed = json.dumps(posts[3].blocks)
+    failed = json.dumps(posts[3].blocks)  # one lineage's thread reads in the order things happened
     assert "line 59" in failed and "AlgorithmError" in failed and "fake://logs" not in failed
     completed = json.dumps(posts[5].blocks)
     assert "Final report" in completed and "70%" in completed and "$1.23" in completed
     assert "https://console.example/logs" in completed and "0.91" in completed
-    assert len(world.chat.of("update")) == 7 and all(u.ts == CARD_TS for u in world.chat.of("update"))
+    update, = world.chat.of("update")  # seven changes to one card: one redraw, with its newest state
+    assert update.ts == CARD_TS and update.channel == CHANNEL and lineage.id in update.text
     dms = world.chat.of("dm")
     assert [d.user for d in dms] == ["U_ALICE", "U_ALICE"] and "failed" in dms[0].text
     upload, = world.chat.of("upload")
     assert upload.thread_ts == CARD_TS and upload.extra["path"] == png
-    assert world.store.due_notifications() == []
+    assert world.store.outbox.due_notifications() == []
+
+
+def test_endings_go_before_other_jobs_changes_and_bring_their_own_thread_along(world: World) -> None:
+    quiet, ending, other = launched(world), launched(world), launched(world)
+    enqueue(world, quiet, events.state_line(quiet.id, f"{quiet.id}-1", "InProgress", "Training"), key="q1")
+    enqueue(world, ending, events.state_line(ending.id, f"{ending.id}-1", "InProgress", "Uploading"), key="e1")
+    enqueue(world, other, events.interrupted(other.id, f"{other.id}-1", "ml.p3.2xlarge"), key="o1")
+    enqueue(world, ending, events.failed(ending.id, f"{ending.id}-1", "AlgorithmError: boom", ["x"]), key="e2")
+    enqueue(world, quiet, events.state_line(quiet.id, f"{quiet.id}-1", "InProgress", "Uploading"), key="q2")
+    assert deliver_due(world.services, world.chat) == 5
+    said = [(p.text.split()[0].rstrip(":"), "failed" if "AlgorithmError" in p.text else "") for p in world.chat.of("post")]
+    assert said == [(f"{ending.id}-1", ""), (f"{ending.id}-1", "failed"),  # the ending, with its state line
+                    (f"{quiet.id}-1", ""), (f"{other.id}-1", ""), (f"{quiet.id}-1", "")]
 
 
 def test_a_chat_outage_defers_and_never_drops(world: World) -> None:
@@ -84,7 +98,7 @@ def test_a_chat_outage_defers_and_never_drops(world: World) -> None:
     enqueue(world, lineage, events.stopped(lineage.id, f"{lineage.id}-1"))
     world.chat.failing.add("post")
     assert deliver_due(world.services, world.chat) == 0
-    assert world.store.due_notifications() == []  # deferred into the future
+    assert world.store.outbox.due_notifications() == []  # deferred into the future
     world.chat.failing.clear()
     world.clock.advance(3600)
     assert deliver_due(world.services, world.chat) == 1

@@ -9,11 +9,11 @@ from pathlib import Path
 from bot.wiring import build_runtime
 from handlers import router
 from handlers.context import CommandContext
-from jobs.clock import FakeClock
 from jobs.planning.own_code import SPOT_RESUME_NOTE
 from jobs.records import Actor
 from jobs.settings import Settings
 from tests.handlers.fakes import RecordingChat
+from tests.support.clock import FakeClock
 from tests.support.git_repos import make_repo
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
@@ -36,3 +36,12 @@ def test_the_plan_card_shows_the_pinned_commit_and_the_spot_resume_line(tmp_path
         assert "not among the sources" in refused.text and not refused.blocks
     finally:
         runtime.shutdown()
+
+
+def test_the_report_card_says_which_attempt_resumed_from_which_checkpoint() -> None:
+    from handlers.cards import report_blocks
+
+    report = {"attempts": [{"number": 1}, {"number": 2, "resumed_from_step": 40, "steps_redone": 3}],
+              "cost_usd": 0.1, "metrics": {"eval_loss": 0.2}}
+    text = json.dumps(report_blocks("own-1", report, "own-1 completed"))
+    assert "attempt 2 from the checkpoint at step 40 (3 steps redone)" in text

@@ -14,10 +14,11 @@ from bot.wiring import Runtime, build_runtime
 from handlers import cards, router, texts, train
 from handlers.blocks import buttons_in
 from handlers.context import CommandContext
-from jobs.clock import FakeClock
+from jobs.backends.code_sources import GitCodeSources
 from jobs.records import Actor
 from jobs.settings import Settings
 from tests.handlers.fakes import RecordingChat, free_text_arguments
+from tests.support.clock import FakeClock
 from tests.support.git_repos import GitRepo, make_repo
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
@@ -46,7 +47,11 @@ def ctx(runtime: Runtime, actor: Actor = ALICE) -> CommandContext:
     return CommandContext(actor=actor, channel_id="C_ML", services=runtime.services(), chat=RecordingChat())
 
 
-def test_only_a_git_ref_not_yet_pinned_needs_the_network(runtime: Runtime, repo: GitRepo) -> None:
+def note_of(runtime: Runtime, text: str) -> str | None:
+    return train.resolving_note(ctx(runtime), text)
+
+
+def test_only_a_git_ref_or_a_commit_not_fetched_needs_the_network(runtime: Runtime, repo: GitRepo) -> None:
     commit = repo.commit({"jobs/train.py": "print('again')\n"})
     own = f"code=git+{repo.url}@main entry=jobs/train.py"
 
@@ -54,9 +59,13 @@ def test_only_a_git_ref_not_yet_pinned_needs_the_network(runtime: Runtime, repo:
 
     assert note == texts.RESOLVING_CODE.format(source=f"{repo.url.removesuffix('.git')}@main")
     assert train.resolving_note(ctx(runtime), f"distilbert-spot code=git+{repo.url} entry=jobs/train.py")
+    pinned = f"distilbert-spot code=git+{repo.url}@{commit} entry=jobs/train.py"  # a full commit: its entry is
+    assert note_of(runtime, pinned) == texts.READING_CODE.format(  # read from a checkout, fetched first
+        source=f"{repo.url.removesuffix('.git')}@{commit[:7]}")
+    GitCodeSources(runtime.settings.trainbot_home).checkout(repo.url, commit)
     for answered_at_once in (
         "distilbert-spot",  # no own code
-        f"distilbert-spot code=git+{repo.url}@{commit} entry=jobs/train.py",  # a full commit
+        pinned,  # a full commit already checked out
         "distilbert-spot code=s3://bucket/code/team.tar.gz entry=train.py",  # not allowed: refused at once
         "distilbert-spot code=git+https://github.com/other/x.git@main entry=jobs/train.py",  # not allowed
         f"distilbert-spot {own} instances=zero",  # bad input

@@ -9,10 +9,13 @@ from pathlib import Path
 import pytest
 
 from handlers import cards
+from handlers.chat import ChatBusy
 from handlers.notify import deliver_due
+from handlers.pacing import redraw_progress, request_card
+from jobs.lifecycle import events
 from jobs.lifecycle.progress import ProgressTracker
 from jobs.records import Progress
-from tests.handlers.fakes import ALICE, CHANNEL, World, make_world, walk_limits
+from tests.handlers.fakes import ALICE, CHANNEL, RecordingChat, World, make_world, walk_limits
 
 CARD_TS = "77.0001"
 
@@ -110,3 +113,53 @@ def test_an_own_scripts_report_leads_with_its_own_metrics() -> None:
     walk_limits(blocks)
     text = json.dumps(blocks, ensure_ascii=False)
     assert "bleu" in text and "31.5" in text and "eval_loss" in text
+
+
+class RationedChat(RecordingChat):
+    """A chat whose rate limits allow ``per_pass`` redraws, then answer busy until ``refill()``."""
+
+    def __init__(self, per_pass: int) -> None:
+        super().__init__()
+        self.per_pass = per_pass
+        self.left = per_pass
+
+    def refill(self) -> None:
+        self.left = self.per_pass
+
+    def update(self, channel: str, ts: str, text: str, *, blocks: list[dict] | None = None) -> None:
+        if self.left <= 0:
+            raise ChatBusy("chat.update is rate limited", retry_after=1.2)
+        self.left -= 1
+        super().update(channel, ts, text, blocks=blocks)
+
+
+def test_under_load_each_cards_progress_comes_round_in_turn_and_says_how_fresh_it_is(tmp_path: Path) -> None:
+    chat = RationedChat(per_pass=2)
+    world = make_world(tmp_path, chat=chat, trainbot_progress_seconds=60)
+    ids = [running(world) for _ in range(6)]
+    tracker = ProgressTracker(world.store, world.backend, world.clock, world.settings)
+    shown: list[str] = []
+    for minute in range(2):
+        for n, lineage_id in enumerate(ids):
+            world.backend.set_progress(f"{lineage_id}-1", Progress(step=10 * (minute + 1) + n, loss=0.5))
+        tracker.poll_once(force=True)
+        polled_at = int(world.clock.now().timestamp())
+        for _ in range(3):  # three passes of two redraws: every card once, none twice
+            chat.refill()
+            redraw_progress(world.services, world.chat)
+            world.clock.advance(20)
+        drawn = chat.of("update")[len(shown):]
+        shown += [next(i for i in ids if i in u.text) for u in drawn]
+        assert all(f"as of <!date^{polled_at}^" in card_text(u.blocks) for u in drawn)
+    assert sorted(shown[:6]) == sorted(ids) and shown[6:] == shown[:6]  # the same turns, round again
+
+
+def test_a_card_redrawn_for_a_change_shows_its_progress_so_it_is_not_redrawn_again_for_it(world: World) -> None:
+    lineage_id = running(world)
+    tracker = ProgressTracker(world.store, world.backend, world.clock, world.settings)
+    world.backend.set_progress(f"{lineage_id}-1", Progress(step=40, loss=0.75))
+    tracker.poll_once()
+    request_card(world.services, lineage_id, events.STATE)
+    deliver_due(world.services, world.chat)
+    update, = world.chat.of("update")
+    assert "step 40/100" in card_text(update.blocks)

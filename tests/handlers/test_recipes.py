@@ -15,11 +15,11 @@ import pytest
 from bot.wiring import Runtime, build_runtime
 from handlers import router
 from handlers.context import CommandContext
-from jobs.clock import FakeClock
 from jobs.errors import BadInput, PermissionDenied
 from jobs.records import Actor
 from jobs.settings import Settings
 from tests.handlers.fakes import RecordingChat
+from tests.support.clock import FakeClock
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 BOB = Actor("U_BOB", channel_id="C_ML", via="slack")
@@ -155,3 +155,29 @@ def test_the_cli_saves_lists_shows_uses_and_removes(tmp_path: Path) -> None:
     assert trainbot("recipe", "remove", "quick").returncode == 0
     gone = trainbot("recipe", "show", "quick")
     assert gone.returncode == 2 and "No recipe is named 'quick'" in gone.stderr
+
+
+def test_a_train_ack_reads_nothing_from_the_store_once_its_recipe_and_history_are_known(runtime: Runtime) -> None:
+    """Issue 26, item 4: the forecasts' history and the recipe are remembered, so a /train's plan card is
+    drawn from memory (the store is read again after a completion, a recipe change, or the memory's time)."""
+    from sqlalchemy import event
+
+    say(runtime, ALICE, "recipe", "save nightly-spot distilbert-spot epochs=2 max_run=30m")
+    assert "distilbert-base-uncased" in say(runtime, ALICE, "train", "nightly-spot instances=1")
+    statements: list[str] = []
+
+    def executed(conn: Any, cursor: Any, sql: str, *args: Any) -> None:
+        statements.append(sql)
+
+    event.listen(runtime.store.engine, "before_cursor_execute", executed)
+    try:
+        card = say(runtime, BOB, "train", "nightly-spot instances=1 epochs=5")
+        assert "distilbert-base-uncased" in card
+        assert statements == [], statements
+        say(runtime, ALICE, "recipe", "save nightly-spot distilbert-spot epochs=3 max_run=20m")
+        statements.clear()
+        runtime.jobs.plan("nightly-spot")  # the saved change is read at once, in this process
+        assert any("recipes" in sql for sql in statements)
+        assert runtime.jobs.plan("nightly-spot").spec.max_run == 1200
+    finally:
+        event.remove(runtime.store.engine, "before_cursor_execute", executed)

@@ -13,12 +13,12 @@ import pytest
 from bot.scheduler import ApsCronCalendar
 from handlers import router
 from handlers.notify import deliver_due
+from jobs import lineage as moves
 from jobs.endpoints import texts as endpoint_texts
 from jobs.lifecycle import events
-from jobs.lifecycle import state as st
+from jobs.lineage import Lineage
 from jobs.records import Actor
 from jobs.schedules.service import ScheduleService
-from jobs.store.store import Lineage
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, RecordingChat, Said, World, make_world
 
 CARD_TS = "77.0001"
@@ -49,7 +49,7 @@ def launched(world: World, text: str = "distilbert-spot", actor: Actor = ALICE) 
 
 
 def enqueue(world: World, lineage: Lineage, payload: dict, key: str) -> None:
-    world.store.enqueue(kind=payload["kind"], payload=payload, dedup_key=key, lineage_id=lineage.id,
+    world.store.outbox.enqueue(kind=payload["kind"], payload=payload, dedup_key=key, lineage_id=lineage.id,
                         channel=lineage.channel)
 
 
@@ -99,7 +99,7 @@ def test_a_subscribed_channel_gets_its_events_once_and_none_of_the_others(world:
     assert all(s.thread_ts is None for s in alerts)  # a line in the channel, not in the job's thread
     assert len(lines_in(world, CHANNEL)) == 8  # the thread still gets the whole story
     deliver_all(world)
-    assert len(lines_in(world, ALERTS)) == 2 and world.store.due_notifications() == []
+    assert len(lines_in(world, ALERTS)) == 2 and world.store.outbox.due_notifications() == []
 
 
 def test_all_events_give_one_line_each_and_launched_only_once(world: World) -> None:
@@ -192,8 +192,8 @@ def test_a_scheduled_run_that_regressed_is_routed_as_regression(world: World) ->
         lineage = schedules.run_now("nightly", actor=ALICE)
         world.jobs.attach_message(lineage.id, CHANNEL, CARD_TS)
         job = lineage.attempts[-1].job_name
-        world.store.transition_attempt(job, st.ATTEMPT_COMPLETED, metrics={"eval_accuracy": accuracy})
-        world.store.transition_lineage(lineage.id, st.COMPLETE)
+        world.store.transition_attempt(job, moves.ATTEMPT_COMPLETED, metrics={"eval_accuracy": accuracy})
+        world.store.transition_lineage(lineage.id, moves.COMPLETE)
         enqueue(world, lineage, events.completed(lineage.id, job, report(lineage), None), lineage.id)
         runs.append(lineage)
     deliver_all(world)
@@ -206,7 +206,7 @@ def test_idle_endpoints_are_routed_to_unfiltered_subscriptions(world: World) -> 
     notify(world, "on endpoint-idle")
     payload = {"kind": endpoint_texts.ENDPOINTS_IDLE, "text": "idle", "endpoints": ["ep-a", "ep-b"],
                "running_usd": 42.5}
-    world.store.enqueue(kind=endpoint_texts.ENDPOINTS_IDLE, payload=payload, dedup_key="idle", channel=CHANNEL)
+    world.store.outbox.enqueue(kind=endpoint_texts.ENDPOINTS_IDLE, payload=payload, dedup_key="idle", channel=CHANNEL)
     world.clock.advance(timedelta(seconds=1).total_seconds())
     deliver_all(world)
     line, = lines_in(world, ALERTS)

@@ -10,7 +10,7 @@ import pytest
 from handlers import cards, router, texts, train
 from handlers.blocks import buttons_in
 from handlers.chat import Reply
-from jobs.lifecycle.state import LineageStatus
+from jobs.lineage import LineageStatus
 from jobs.records import Actor
 from tests.handlers.fakes import (
     ALICE,
@@ -186,3 +186,37 @@ def test_edit_opens_a_modal_and_its_submission_plans_again(tmp_path: Path) -> No
     with pytest.raises(train.FieldErrors) as caught:
         router.run_submission(world.ctx(), cards.EDIT_CALLBACK, initial)
     assert list(caught.value.errors) == ["instance_count"] and "many" in caught.value.errors["instance_count"]
+
+
+def edit_fields(world: World, text: str = "bert-squad spot=yes") -> dict[str, str]:
+    """The Edit modal's fields as drawn for the plan of ``text``."""
+    spec = world.jobs.plan(text).spec
+    view = train.edit_modal(spec, text, CHANNEL)
+    return {b["block_id"]: b["element"].get("initial_value", "") for b in view["blocks"]}
+
+
+@pytest.mark.parametrize(("changes", "field", "words"), [
+    # the issue's case: the sentence names distribution=...model, and a substring match put it under Model
+    ({"instance_count": "2", "distribution": "none"}, "instance_count", "needs distribution"),
+    ({"instance_count": "2", "distribution": "none", "model": "roberta-large"}, "instance_count", "needs distribution"),
+    ({"instance_count": "99"}, "instance_count", "TRAINBOT_MAX_INSTANCES"),
+    ({"instance_type": "ml.nope.xlarge"}, "instance_type", "ml.nope"),
+    ({"instance_type": "ml.g5.xlarge", "distribution": "data", "instance_count": "2"}, "distribution", "dataparallel"),
+    ({"max_run": "soon"}, "max_run", "soon"),
+    ({"max_wait": "60", "max_run": "2h"}, "max_wait", "at least max_run"),
+    ({"model": "not a model"}, "model", "not a usable name"),
+    ({"dataset": "mnli"}, "dataset", "text-classification data"),
+    ({"spot": "perhaps"}, "spot", "perhaps"),
+    ({"distribution": "sideways"}, "distribution", "sideways"),
+    ({"options": "bert-squad hp.bf16=yes hp.fp16=no"}, "instance_type", "bf16=yes needs"),
+    ({"options": "bert-squad hp.bf16=yes"}, "options", "cannot both be on"),
+    ({"options": "bert-squad nonsense=1"}, "options", "nonsense"),
+    ({"options": "bert-squad transformers_version=4.0.0"}, "options", "4.0.0"),
+])
+def test_each_edit_modal_error_shows_under_its_own_field(world: World, changes: dict[str, str], field: str,
+                                                         words: str) -> None:
+    values = edit_fields(world) | changes
+    with pytest.raises(train.FieldErrors) as caught:
+        router.run_submission(world.ctx(), cards.EDIT_CALLBACK, values)
+    assert list(caught.value.errors) == [field], caught.value.errors
+    assert words in caught.value.errors[field]

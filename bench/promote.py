@@ -1,0 +1,207 @@
+"""Benchmark: a local endpoint answering a steady stream of /invocations (what `/predict` sends) while it is
+promoted to another model and rolled back, 5 times each, through the same PromotionService the bot uses.
+
+Run: .venv/bin/python bench/promote.py [--cycles 5] [--clients 2] [--steady 8].
+Prints: requests answered and failed (target: 0 failed), p50 and p99 latency in steady state (no swap under
+way, measured first in the same process) and during the swaps (from the update being asked for until the
+endpoint is seen serving the new config), the ratio of the two p99s, and how long a swap took.
+
+Two tiny BERTs (different weights) from the offline assets' builder: a swap loads the new one beside the
+old in the endpoint's process, tries it once, and replaces the old with one assignment (see
+jobs/backends/local/endpoint_server.py); the requests in flight finish on the old model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from jobs import lineage as moves  # noqa: E402
+from jobs.backends.local.endpoints import LocalEndpoints  # noqa: E402
+from jobs.backends.local.offline_assets import build_tiny_bert  # noqa: E402
+from jobs.clock import SystemClock  # noqa: E402
+from jobs.endpoints.revisions import RevisionStatus  # noqa: E402
+from jobs.endpoints.service import EndpointService  # noqa: E402
+from jobs.planning.grammar import parse_command  # noqa: E402
+from jobs.records import Actor  # noqa: E402
+from jobs.registry.service import RegistryService  # noqa: E402
+from jobs.settings import Settings  # noqa: E402
+from jobs.store.store import Store  # noqa: E402
+
+OWNER = Actor("U_BENCH", channel_id=None, via="cli")
+BODY = json.dumps({"inputs": {"question": "What is the city?", "context": "the city is kalo ."}}).encode()
+TARGET_FAILED = 0
+
+
+@dataclass
+class Sample:
+    started: float
+    seconds: float
+    ok: bool
+
+
+class Traffic:
+    """`clients` threads, each sending one request after another on a kept-alive connection."""
+
+    def __init__(self, port: int, clients: int) -> None:
+        self.port = port
+        self.samples: list[Sample] = []
+        self.failures: list[str] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._client, daemon=True) for _ in range(clients)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=60)
+
+    def _client(self) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        while not self._stop.is_set():
+            started = time.perf_counter()
+            try:
+                connection.request("POST", "/invocations", body=BODY, headers={"Content-Type": "application/json"})
+                response = connection.getresponse()
+                response.read()
+                ok = response.status == 200
+                if not ok:
+                    self._fail(f"HTTP {response.status}")
+            except (OSError, http.client.HTTPException) as exc:
+                self._fail(f"{type(exc).__name__}: {exc}")
+                connection.close()
+                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+                ok = False
+            with self._lock:
+                self.samples.append(Sample(started, time.perf_counter() - started, ok))
+
+    def _fail(self, what: str) -> None:
+        with self._lock:
+            self.failures.append(what)
+
+
+def lineage(store: Store, lineage_id: str, model: Path) -> None:
+    """A completed local lineage whose model is `model` (what a finished `trainbot launch` leaves)."""
+    spec = parse_command("bert-squad")
+    store.create_lineage(lineage_id=lineage_id, spec=spec, backend="local", checkpoint_uri=f"/tmp/{lineage_id}",
+                         actor=OWNER, estimated_usd=0.0)
+    store.add_attempt(lineage_id, number=1, instance_type=spec.instance_type, spot=False)
+    store.transition_attempt(f"{lineage_id}-1", moves.ATTEMPT_CONFIRMED)
+    store.transition_attempt(f"{lineage_id}-1", moves.ATTEMPT_COMPLETED, model_artifacts=str(model))
+    store.transition_lineage(lineage_id, moves.COMPLETE)
+
+
+def wait_over(service: EndpointService, revision_id: int, limit: float = 300.0) -> RevisionStatus:
+    deadline = time.monotonic() + limit
+    while True:
+        service.poll_once()
+        status = service.promotions.revisions.get(revision_id).status
+        if status is not RevisionStatus.UPDATING:
+            return status
+        if time.monotonic() > deadline:
+            raise SystemExit(f"revision {revision_id} did not finish in {limit:.0f} s")
+        time.sleep(0.05)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))] if ordered else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cycles", type=int, default=5, help="promotions, each followed by a rollback")
+    parser.add_argument("--clients", type=int, default=2, help="concurrent request streams")
+    parser.add_argument("--steady", type=float, default=8.0, help="seconds of steady state measured first")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-promote-") as tmp:
+        home = Path(tmp)
+        for index in (1, 2):
+            build_tiny_bert(home / "data" / f"model-{index}", seed=index)
+        clock = SystemClock()
+        store = Store(f"sqlite:///{home / 'trainbot.db'}", clock=clock)
+        store.migrate()
+        settings = Settings(trainbot_home=home, trainbot_backend="local")
+        registry = RegistryService(store=store, remote=None, settings=settings, clock=clock)
+        backend = LocalEndpoints(home, clock)
+        service = EndpointService(store=store, backend=backend, settings=settings, clock=clock, registry=registry)
+        lineage(store, "bench-a", home / "data" / "model-1")
+        lineage(store, "bench-b", home / "data" / "model-2")
+        name = service.deploy("bench-a", options={"name": "bench-prod"}, actor=OWNER).name
+        try:
+            run(service, home, name, args)
+        finally:
+            backend.delete(name)
+
+
+def run(service: EndpointService, home: Path, name: str, args: argparse.Namespace) -> None:
+    started = time.monotonic()
+    while service.get(name).status.value != "in_service":
+        service.poll_once()
+        if time.monotonic() - started > 300:
+            raise SystemExit("the local endpoint did not come up")
+        time.sleep(0.1)
+    port = int(json.loads((home / "local-endpoints" / name / "server.json").read_text())["port"])
+    print(f"endpoint {name} in service after {time.monotonic() - started:.1f} s; {args.clients} clients")
+    traffic = Traffic(port, args.clients)
+    traffic.start()
+    time.sleep(1.0)  # warm-up, not counted
+    steady_from = time.perf_counter()
+    time.sleep(args.steady)
+    steady_to = time.perf_counter()
+    windows: list[tuple[float, float]] = []
+    for cycle in range(args.cycles):
+        for what in ("promote", "rollback"):
+            asked = time.perf_counter()
+            if what == "promote":
+                plan = service.promotions.plan("bench-b", name, options={}, actor=OWNER)
+                revision = service.promotions.promote(plan, actor=OWNER)
+            else:
+                revision = service.promotions.rollback(name, actor=OWNER, reason=f"bench cycle {cycle + 1}")
+            status = wait_over(service, revision.id)
+            windows.append((asked, time.perf_counter()))
+            if status is not RevisionStatus.SERVING:
+                raise SystemExit(f"{what} {cycle + 1} ended {status.value}")
+            time.sleep(0.5)  # some traffic between swaps
+    traffic.stop()
+    report(traffic, steady_from, steady_to, windows)
+
+
+def report(traffic: Traffic, steady_from: float, steady_to: float, windows: list[tuple[float, float]]) -> None:
+    samples = [s for s in traffic.samples if s.started >= steady_from]
+    steady = [s.seconds for s in samples if steady_from <= s.started < steady_to and s.ok]
+    swapping = [s.seconds for s in samples if s.ok and any(a <= s.started + s.seconds and s.started <= b
+                                                           for a, b in windows)]
+    failed = len(traffic.failures)
+    print(f"requests answered: {sum(1 for s in samples if s.ok)}; failed: {failed} (target {TARGET_FAILED}: "
+          f"{'OK' if failed <= TARGET_FAILED else 'MISSED'}){'; ' + traffic.failures[0] if failed else ''}")
+    print(f"steady state  : {len(steady):6d} requests  p50 {percentile(steady, 0.5) * 1000:7.2f} ms  "
+          f"p99 {percentile(steady, 0.99) * 1000:7.2f} ms")
+    print(f"during swaps  : {len(swapping):6d} requests  p50 {percentile(swapping, 0.5) * 1000:7.2f} ms  "
+          f"p99 {percentile(swapping, 0.99) * 1000:7.2f} ms  ({len(windows)} swaps)")
+    ratio = percentile(swapping, 0.99) / percentile(steady, 0.99)
+    print(f"p99 during swaps / p99 steady: {ratio:.2f}; p50 ratio "
+          f"{percentile(swapping, 0.5) / percentile(steady, 0.5):.2f}")
+    took = [b - a for a, b in windows]
+    print(f"a swap took (asked -> serving): mean {statistics.fmean(took):.2f} s, max {max(took):.2f} s")
+
+
+if __name__ == "__main__":
+    main()
