@@ -1,20 +1,30 @@
-"""How fast the bot acknowledges Slack, while launches run on a slow backend.
+"""How fast the bot acknowledges Slack, while launches run on a slow backend, against a baseline in the same run.
 
 200 signed `/train` requests, 50 at a time, against the HTTP server (uvicorn + bot.serve.SlackHttpApp, the
-real Bolt app) while Launch clicks keep the background executor busy with launches on a backend that takes
-LAUNCH_SECONDS each (the scripted backend with a delay: the SDK's upload and CreateTrainingJob); then the same
-through Socket Mode envelopes on a local websocket. Prints ack p50/p99/max, errors and acks past 3 s.
+real Bolt app), then the same as Socket Mode envelopes on a local websocket, while Launch clicks keep the
+background executor busy with launches on a backend that takes LAUNCH_SECONDS each (the scripted backend with
+a delay: the SDK's upload and CreateTrainingJob) and a store that holds a team's history of completed runs.
+Each burst is run in three variants, interleaved over ``--rounds`` rounds under the same launch load:
 
-    PYTHONPATH=. .venv/bin/python bench/ack.py [--requests 200] [--concurrency 50] [--launch-seconds 1.5]
+- ``no-op``: a Bolt listener that acks the same card, prebuilt: the baseline (HTTP, Bolt, the GIL, the load);
+- ``ack path``: the real /train ack (parse, plan, price, forecast, card);
+- ``store reads``: the same with the history and recipe memories off, so every ack reads the store as
+  before issue 26 (two history queries a /train).
+
+It prints ack p50/p99/max, errors and acks past 3 s for each, and p99 as a ratio to the no-op's.
+
+    PYTHONPATH=. .venv/bin/python bench/ack.py [--requests 200] [--concurrency 50] [--launch-seconds 1.5] [--rounds 5]
 
 The HTTP load comes from a separate process (Slack is another machine); the Socket Mode envelopes are sent
-from a thread of the bot's own process (one GIL), so those figures are an upper bound.
+from a thread of the bot's own process (one GIL), so those figures are an upper bound. On a shared machine
+the absolute figures move with the other load; the ratios are what to compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -22,15 +32,22 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from slack_bolt import Ack, App
+
 from bot.serve import socket_mode_handler
 from bot.slack_app import create_app
-from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
+from bot.slack_chat import SlackChat
 from handlers import cards
 from handlers.blocks import buttons_in
-from tests.handlers.fakes import make_world
+from jobs.recipes import service as recipes
+from jobs.store import runs
+from jobs.store.runs import RunHistory
+from tests.handlers.fakes import ALICE, World, make_world
 from tests.support.slack_api import APP_TOKEN, BOT_TOKEN, SlackApiServer
 from tests.support.slack_bot import (
     BackgroundWork,
@@ -39,22 +56,83 @@ from tests.support.slack_bot import (
     form_body,
     signed_headers,
     slash_command,
+    unpaced_web_client,
 )
 from tests.support.slack_socket import SocketModeServer
 
 SECRET = "bench-secret"
 TEXTS = ("bert-squad spot=yes", "roberta-mnli instances=4", "distilbert-spot max_run=2h hp.learning_rate=3e-5")
+HISTORY_RUNS = 600  # completed runs in the store: a team's few months
+VARIANTS = ("no-op", "ack path", "store reads")
 
 
-def report(name: str, latencies: list[float], errors: int, total: int) -> None:
+def p99(latencies: list[float]) -> float:
     ordered = sorted(latencies)
-    if not ordered:
-        print(f"{name}: no successful acks, {errors} errors")
-        return
-    p99 = ordered[min(len(ordered) - 1, int(round(0.99 * len(ordered))) - 1)]
-    late = sum(1 for value in ordered if value > 3.0)
-    print(f"{name}: {total} requests, p50 {statistics.median(ordered) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, "
-          f"max {ordered[-1] * 1000:.1f} ms, errors {errors}, acks past 3 s {late}")
+    return ordered[min(len(ordered) - 1, int(round(0.99 * len(ordered))) - 1)] if ordered else float("nan")
+
+
+def report(name: str, rounds: list[list[float]], errors: int, baseline: float | None) -> float:
+    """One variant's line: p50 of every ack, p99 as the median of its rounds' p99s (one round that met a
+    burst of the machine's other load does not decide it), each round's p99; returns that p99."""
+    pooled = sorted(value for acks in rounds for value in acks)
+    if not pooled:
+        print(f"  {name:12s} no successful acks, {errors} errors")
+        return float("nan")
+    per_round = [p99(acks) for acks in rounds if acks]
+    middle = statistics.median(per_round)
+    late = sum(1 for value in pooled if value > 3.0)
+    ratio = f", x{middle / baseline:.2f} the no-op's" if baseline else ""
+    shown = " / ".join(f"{value * 1000:.0f}" for value in per_round)
+    print(f"  {name:12s} {len(pooled)} acks, p50 {statistics.median(pooled) * 1000:6.1f} ms, "
+          f"p99 {middle * 1000:6.1f} ms{ratio} (rounds: {shown} ms), max {pooled[-1] * 1000:6.1f} ms, "
+          f"errors {errors}, past 3 s {late}")
+    return middle
+
+
+# ---------------------------------------------------------------- the apps under test
+
+
+def noop_app(card: dict[str, Any], world: World, *, http: bool) -> App:
+    """Bolt with a /train listener that acks ``card`` as it is: what an ack costs before any of our work."""
+    app = App(client=unpaced_web_client(world.settings), signing_secret=SECRET, request_verification_enabled=http,
+              process_before_response=True)
+
+    @app.command("/train")
+    def listener(ack: Ack) -> None:
+        ack(text=card["text"], blocks=card["blocks"], response_type="ephemeral")
+
+    return app
+
+
+def real_app(world: World, *, http: bool) -> App:
+    client = unpaced_web_client(world.settings)
+    return create_app(world.settings, world.services, client=client,
+                      chat=SlackChat(client), http=http)
+
+
+@contextlib.contextmanager
+def memories(on: bool) -> Iterator[None]:
+    """The history and recipe memories on (as shipped) or off (every ack reads the store, as before)."""
+    saved = runs.HISTORY_MEMORY_SECONDS, recipes.LOOKUP_MEMORY_SECONDS
+    if not on:
+        runs.HISTORY_MEMORY_SECONDS = recipes.LOOKUP_MEMORY_SECONDS = 0.0
+    try:
+        yield
+    finally:
+        runs.HISTORY_MEMORY_SECONDS, recipes.LOOKUP_MEMORY_SECONDS = saved
+
+
+def seed_history(world: World) -> None:
+    """Completed runs of the presets' models on their types, so the forecasts' history queries find rows."""
+    history = RunHistory(world.store, world.clock)
+    for index in range(HISTORY_RUNS):
+        lineage = world.jobs.launch(TEXTS[index % len(TEXTS)], actor=ALICE)
+        history.record_completed(lineage.id, samples_per_second=40.0 + index % 7, startup_seconds=300.0,
+                                 took_seconds=3600.0, took_usd=5.0)
+        world.clock.advance(timedelta(minutes=5).total_seconds())
+
+
+# ---------------------------------------------------------------- load
 
 
 async def _post(port: int, body: str, headers: dict[str, str]) -> tuple[int, float]:
@@ -98,15 +176,8 @@ def _run_burst(port: int, bodies: list[str], concurrency: int) -> tuple[list[flo
     return asyncio.run(_burst(port, bodies, concurrency))
 
 
-def _client_process(port: int, bodies: list[str], concurrency: int) -> tuple[list[float], int]:
-    """The load comes from another process, as Slack is another machine: the bot's GIL is its own."""
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        pool.apply(_run_burst, (port, bodies[:1], 1))  # warm the client process up
-        return pool.apply(_run_burst, (port, bodies, concurrency))
-
-
 def keep_launching(bot: HttpBot, slack: SlackApiServer, stop: threading.Event, launches: list[int]) -> None:
-    """Plan-and-Launch clicks in a loop, so launches run on the slow backend during the burst."""
+    """Plan-and-Launch clicks in a loop on the real app, so launches run on the slow backend during a burst."""
     while not stop.is_set():
         status, body = bot.post(slash_command("/train", "distilbert-spot"))
         value = next(b["value"] for b in buttons_in(json.loads(body)["blocks"])
@@ -116,92 +187,98 @@ def keep_launching(bot: HttpBot, slack: SlackApiServer, stop: threading.Event, l
         stop.wait(0.2)
 
 
-def bench_http(home: Path, slack: SlackApiServer, args: argparse.Namespace) -> None:
-    work = BackgroundWork(workers=4)
-    world = make_world(home / "http", run_later=work, slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET,
-                       slack_api_url=slack.base_url)
-    world.backend.on_launch = lambda name: time.sleep(args.launch_seconds)
-    client = make_web_client(world.settings)
-    app = create_app(world.settings, world.services, client=client,
-                     chat=SlackChat(client, pacer=ChannelPacer(0.0)), http=True)
-    bot = HttpBot(app, secret=SECRET).start()
+@contextlib.contextmanager
+def launching(launcher: HttpBot, slack: SlackApiServer) -> Iterator[list[int]]:
     stop, launches = threading.Event(), [0]
-    launcher = threading.Thread(target=keep_launching, args=(bot, slack, stop, launches), daemon=True)
-    launcher.start()
+    thread = threading.Thread(target=keep_launching, args=(launcher, slack, stop, launches), daemon=True)
+    thread.start()
     time.sleep(0.5)
-    bodies = [form_body(slash_command("/train", TEXTS[i % len(TEXTS)], user=f"U{i:04d}"))
-              for i in range(args.requests)]
-    started = time.perf_counter()
-    latencies, errors = _client_process(bot.port, bodies, args.concurrency)
-    wall = time.perf_counter() - started
-    stop.set()
-    launcher.join()
-    report("HTTP /train acks", latencies, errors, len(bodies))
-    print(f"  {len(bodies) / wall:.0f} requests/s; {launches[0]} launches clicked during the burst, "
-          f"{len(world.backend.created)} done by its end ({args.launch_seconds:g} s each)")
-    bot.stop()
-    work.settle(timeout=120)
-    work.shutdown()
-    print(f"  afterwards: {len(world.backend.created)} launched, each once")
+    try:
+        yield launches
+    finally:
+        stop.set()
+        thread.join()
 
 
-def bench_socket_mode(home: Path, slack: SlackApiServer, args: argparse.Namespace) -> None:
+def bodies(args: argparse.Namespace) -> list[dict[str, str]]:
+    return [slash_command("/train", TEXTS[i % len(TEXTS)], user=f"U{i:04d}") for i in range(args.requests)]
+
+
+def http_burst(app: App, pool: Any, args: argparse.Namespace) -> tuple[list[float], int]:
+    bot = HttpBot(app, secret=SECRET).start()
+    try:
+        forms = [form_body(fields) for fields in bodies(args)]
+        pool.apply(_run_burst, (bot.port, forms[:3], 1))  # warm: auth.test, the channel's reach
+        return pool.apply(_run_burst, (bot.port, forms, args.concurrency))
+    finally:
+        bot.stop()
+
+
+def _release_on_ack(socket: SocketModeServer, envelope: str, gate: threading.Semaphore) -> None:
+    socket.wait_ack(envelope, timeout=60)
+    gate.release()
+
+
+def socket_burst(app: App, world: World, slack: SlackApiServer, args: argparse.Namespace) -> tuple[list[float], int]:
     socket = SocketModeServer().start()
     slack.socket_url = socket.url
-    work = BackgroundWork(workers=4)
-    world = make_world(home / "socket", run_later=work, slack_bot_token=BOT_TOKEN, slack_app_token=APP_TOKEN,
-                       slack_api_url=slack.base_url)
-    world.backend.on_launch = lambda name: time.sleep(args.launch_seconds)
-    client = make_web_client(world.settings)
-    app = create_app(world.settings, world.services, client=client,
-                     chat=SlackChat(client, pacer=ChannelPacer(0.0)), http=False)
-    handler = socket_mode_handler(app, APP_TOKEN, client)
+    handler = socket_mode_handler(app, APP_TOKEN, unpaced_web_client(world.settings))
     handler.connect()
     socket.wait_connected()
-    launches = _socket_launches(socket, slack, 20)
-    gate = threading.Semaphore(args.concurrency)
-    ids: list[str] = []
-    done = threading.Event()
-
-    def send_all() -> None:
-        for i in range(args.requests):
+    try:
+        for fields in bodies(args)[:3]:
+            socket.wait_ack(socket.send("slash_commands", fields))
+        gate = threading.Semaphore(args.concurrency)
+        ids: list[str] = []
+        for fields in bodies(args):
             gate.acquire()
-            ids.append(socket.send("slash_commands", slash_command("/train", TEXTS[i % len(TEXTS)],
-                                                                   user=f"U{i:04d}")))
-        done.set()
-
-    def release_on_ack() -> None:
-        seen: set[str] = set()
-        while not (done.is_set() and len(seen) == len(ids)):
-            for envelope in list(ids):
-                if envelope not in seen and envelope in socket.acks:
-                    seen.add(envelope)
-                    gate.release()
-            time.sleep(0.001)
-
-    releaser = threading.Thread(target=release_on_ack, daemon=True)
-    releaser.start()
-    send_all()
-    releaser.join(timeout=60)
-    acks = [socket.acks.get(envelope) for envelope in ids]
-    latencies = [a.acked_at - a.sent_at for a in acks if a is not None and a.payload and a.payload.get("blocks")]
-    report("Socket Mode /train acks", latencies, len(ids) - len(latencies), len(ids))
-    print(f"  {launches} launches clicked before the burst, {len(world.backend.created)} done by its end")
-    handler.client.auto_reconnect_enabled = False
-    socket.stop()
-    handler.close()
-    work.settle(timeout=120)
-    work.shutdown()
-    print(f"  afterwards: {len(world.backend.created)} launched, each once")
+            envelope = socket.send("slash_commands", fields)
+            ids.append(envelope)
+            threading.Thread(target=_release_on_ack, args=(socket, envelope, gate), daemon=True).start()
+        acks = [socket.wait_ack(envelope, timeout=60) for envelope in ids]
+    finally:
+        handler.client.auto_reconnect_enabled = False
+        socket.stop()
+        handler.close()
+    latencies = [a.acked_at - a.sent_at for a in acks if a.payload and a.payload.get("blocks")]
+    return latencies, len(ids) - len(latencies)
 
 
-def _socket_launches(socket: SocketModeServer, slack: SlackApiServer, count: int) -> int:
-    for _ in range(count):
-        ack = socket.wait_ack(socket.send("slash_commands", slash_command("/train", "distilbert-spot")))
-        payload: dict[str, Any] = ack.payload or {}
-        value = next(b["value"] for b in buttons_in(payload["blocks"]) if b["action_id"] == cards.ACTION_LAUNCH)
-        socket.send("interactive", block_action(cards.ACTION_LAUNCH, value, response_url=slack.response_url()))
-    return count
+# ---------------------------------------------------------------- the run
+
+
+def run_mode(mode: str, world: World, slack: SlackApiServer, launcher: HttpBot, pool: Any,
+             args: argparse.Namespace) -> None:
+    """Every variant ``args.rounds`` times, interleaved (the order turns each round, so a change in the
+    machine's other load falls on all of them); each variant's acks pooled over its rounds."""
+    card = json.loads(launcher.post(slash_command("/train", TEXTS[0]))[1])
+    burst: Callable[[App], tuple[list[float], int]]
+    if mode == "HTTP":
+        burst = lambda app: http_burst(app, pool, args)  # noqa: E731
+    else:
+        burst = lambda app: socket_burst(app, world, slack, args)  # noqa: E731
+    latencies: dict[str, list[list[float]]] = {variant: [] for variant in VARIANTS}
+    errors = dict.fromkeys(VARIANTS, 0)
+    walls = dict.fromkeys(VARIANTS, 0.0)
+    for round_ in range(args.rounds):
+        order = VARIANTS[round_ % len(VARIANTS):] + VARIANTS[:round_ % len(VARIANTS)]
+        for variant in order:
+            with memories(on=variant != "store reads"), launching(launcher, slack):
+                app = noop_app(card, world, http=mode == "HTTP") if variant == "no-op" \
+                    else real_app(world, http=mode == "HTTP")
+                started = time.perf_counter()
+                acked, failed = burst(app)
+                walls[variant] += time.perf_counter() - started
+            latencies[variant].append(acked)
+            errors[variant] += failed
+    total = args.requests * args.rounds
+    print(f"{mode} /train acks ({args.rounds} rounds of {args.requests} requests, {args.concurrency} at a time, "
+          f"launches in flight):")
+    baseline: float | None = None
+    for variant in VARIANTS:
+        middle = report(variant, latencies[variant], errors[variant], baseline)
+        baseline = baseline or middle
+        print(f"  {'':12s} {total / walls[variant]:.0f} requests/s")
 
 
 def main() -> None:
@@ -209,15 +286,25 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--concurrency", type=int, default=50)
     parser.add_argument("--launch-seconds", type=float, default=1.5)
+    parser.add_argument("--rounds", type=int, default=5, help="each variant this many times, interleaved")
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
-    with tempfile.TemporaryDirectory() as home:
-        slack = SlackApiServer().start()
+    with tempfile.TemporaryDirectory() as home, SlackApiServer() as slack, \
+            multiprocessing.get_context("spawn").Pool(1) as pool:
+        work = BackgroundWork(workers=4)
+        world = make_world(Path(home), run_later=work, slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET,
+                           slack_app_token=APP_TOKEN, slack_api_url=slack.base_url)
+        seed_history(world)
+        world.backend.on_launch = lambda name: time.sleep(args.launch_seconds)
+        launcher = HttpBot(real_app(world, http=True), secret=SECRET).start()
         try:
-            bench_http(Path(home), slack, args)
-            bench_socket_mode(Path(home), slack, args)
+            run_mode("HTTP", world, slack, launcher, pool, args)
+            run_mode("Socket Mode", world, slack, launcher, pool, args)
         finally:
-            slack.stop()
+            launcher.stop()
+            work.settle(timeout=300)
+            work.shutdown()
+        print(f"afterwards: {len(world.backend.created) - HISTORY_RUNS} launched during the bench, each once")
 
 
 if __name__ == "__main__":

@@ -73,11 +73,10 @@ def _event(job_name: str) -> dict[str, Any]:
 def run(jobs: int, changes: int, poll_changes: int) -> None:
     import boto3
 
-    from bot.wiring import Runtime
-    from jobs.backends.sagemaker_events import EventQueue, setup_events
-    from jobs.backends.sagemaker_session import make_boto_session
+    from bot.wiring import Runtime, build_endings, build_watcher
+    from jobs.backends.aws_session import make_boto_session
+    from jobs.backends.sagemaker.events import EventQueue, setup_events
     from jobs.clock import SystemClock
-    from jobs.lifecycle.watcher import Watcher
     from jobs.planning.grammar import parse_command
     from jobs.planning.plan import build_plan
     from jobs.settings import Settings
@@ -97,9 +96,10 @@ def run(jobs: int, changes: int, poll_changes: int) -> None:
                                 trainbot_relaunch_backoff_seconds=0, trainbot_events_queue=done.queue_url)
             assert settings.watch_seconds == POLL_SECONDS
             clock = SystemClock()
-            watcher = Watcher(store, backend, clock, settings)
+            watcher = build_watcher(store, backend, clock, settings)
             runtime = Runtime(settings=settings, clock=clock, store=store, backend=backend, jobs=service,
-                              watcher=watcher, events=EventQueue(queue_session, done.queue_url))
+                              watcher=watcher, endings=build_endings(store, backend, clock, settings),
+                              events=EventQueue(queue_session, done.queue_url))
             # The bot pays these once at its start: the SDK session (first launch), the first full cycle.
             backend.launch("bench-warm-1", build_plan(parse_command(PLAN_TEXT), bucket=BUCKET, lineage_id="bench-warm"))
             watcher.poll_once()

@@ -38,7 +38,7 @@ def main() -> None:
 
     import torch
 
-    from jobs.backends.offline_assets import build_tiny_bert, write_squad_jsonl
+    from jobs.backends.local.offline_assets import build_tiny_bert, write_squad_jsonl
 
     if opts.cpu_smoke:
         shape = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 128}

@@ -38,8 +38,9 @@ for package in ("bot", "handlers", "jobs"):
             continue
         importlib.import_module(info.name)
 import sagemaker.huggingface  # what a launch imports
-from jobs.backends.sagemaker import SageMakerBackend
-from jobs.backends.sagemaker_session import build_sdk_session, client_config, make_boto_session
+from jobs.backends.sagemaker.training_jobs import SageMakerBackend
+from jobs.backends.aws_session import client_config, make_boto_session
+from jobs.backends.sagemaker.session import build_sdk_session
 from jobs.clock import SystemClock
 session = make_boto_session("us-east-1")
 SageMakerBackend(session, role_arn="arn:aws:iam::1:role/r", bucket="b", clock=SystemClock())
@@ -77,8 +78,9 @@ def _launchers(plan: Any, times: SendTimes) -> tuple[Callable[[str], None], Call
     from sagemaker.huggingface import HuggingFace
     from sagemaker.session import Session
 
-    from jobs.backends.sagemaker import SageMakerBackend
-    from jobs.backends.sagemaker_session import SDK_CONFIG, make_boto_session
+    from jobs.backends.aws_session import make_boto_session
+    from jobs.backends.sagemaker.session import SDK_CONFIG
+    from jobs.backends.sagemaker.training_jobs import SageMakerBackend
     from jobs.clock import SystemClock
 
     bot_session = make_boto_session("us-east-1")

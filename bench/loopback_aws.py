@@ -48,6 +48,19 @@ def start_moto() -> Any:
     return server
 
 
+def spot_job_request(name: str, *, role_arn: str = ROLE_ARN, max_run: int = 1000, max_wait: int = 3600) -> dict[str, Any]:
+    """A CreateTrainingJob request for a managed-spot job on one ml.p3.2xlarge (what the benchmarks arrange)."""
+    return {
+        "TrainingJobName": name,
+        "AlgorithmSpecification": {"TrainingImage": "bench:latest", "TrainingInputMode": "File"},
+        "RoleArn": role_arn,
+        "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/{name}/output"},
+        "ResourceConfig": {"InstanceType": "ml.p3.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
+        "StoppingCondition": {"MaxRuntimeInSeconds": max_run, "MaxWaitTimeInSeconds": max_wait},
+        "EnableManagedSpotTraining": True,
+    }
+
+
 def quiet_libraries(*more: str) -> None:
     """Keep the figures readable: the server's, the SDK's and the bot's INFO lines off."""
     for noisy in ("werkzeug", "sagemaker", "botocore", "jobs", *more):

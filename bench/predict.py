@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from jobs.backends.local_endpoint_server import Predictor  # noqa: E402
-from jobs.backends.local_endpoints import LocalEndpoints  # noqa: E402
-from jobs.backends.offline_assets import ensure_local_assets  # noqa: E402
+from jobs.backends.local.endpoint_server import Predictor  # noqa: E402
+from jobs.backends.local.endpoints import LocalEndpoints  # noqa: E402
+from jobs.backends.local.offline_assets import ensure_local_assets  # noqa: E402
 from jobs.clock import SystemClock  # noqa: E402
 from jobs.endpoints.port import DeployRequest  # noqa: E402
 

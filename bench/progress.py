@@ -55,8 +55,8 @@ class Requests:
 
 def _arrange(jobs: int, home: Path) -> tuple[Any, list[str]]:
     """One RUNNING lineage per job, with its launch forecast; returns the store and the job names."""
+    from jobs import lineage as moves
     from jobs.clock import SystemClock
-    from jobs.lifecycle import state as st
     from jobs.planning.forecast import forecast
     from jobs.planning.grammar import parse_command
     from jobs.planning.plan import checkpoint_uri
@@ -77,8 +77,8 @@ def _arrange(jobs: int, home: Path) -> tuple[Any, list[str]]:
                              checkpoint_uri=checkpoint_uri(BUCKET, lineage_id), actor=Actor("U1"),
                              estimated_usd=1.0)
         store.add_attempt(lineage_id, number=1, instance_type=spec.instance_type, spot=spec.spot)
-        store.transition_attempt(f"{lineage_id}-1", st.ATTEMPT_CONFIRMED)
-        store.transition_lineage(lineage_id, st.CONFIRM_LAUNCH)
+        store.transition_attempt(f"{lineage_id}-1", moves.ATTEMPT_CONFIRMED)
+        store.transition_lineage(lineage_id, moves.CONFIRM_LAUNCH)
         runs.record_launch(lineage_id, "sagemaker", spec, planned)
         names.append(f"{lineage_id}-1")
     return store, names
@@ -88,7 +88,7 @@ def _publish(names: list[str]) -> None:
     """Each job's series as SageMaker publishes them: step 100 then 160 two minutes apart, a loss."""
     import boto3
 
-    from jobs.backends.sagemaker import METRIC_NAMESPACE
+    from jobs.backends.sagemaker.training_jobs import METRIC_NAMESPACE
 
     now = datetime.now(timezone.utc)
     rows = []
@@ -105,7 +105,7 @@ def _publish(names: list[str]) -> None:
 
 def _per_job(client: Any, names: list[str]) -> int:
     """The same two series, one GetMetricData call per job."""
-    from jobs.backends.sagemaker_progress import WINDOW, _metric_query, _Query
+    from jobs.backends.sagemaker.progress import WINDOW, _metric_query, _Query
 
     now = datetime.now(timezone.utc)
     for name in names:
@@ -117,9 +117,9 @@ def _per_job(client: Any, names: list[str]) -> int:
 def run(jobs: int) -> None:
     from botocore.config import Config
 
-    from jobs.backends.sagemaker import SageMakerBackend
-    from jobs.backends.sagemaker_progress import ProgressReader
-    from jobs.backends.sagemaker_session import make_boto_session
+    from jobs.backends.aws_session import make_boto_session
+    from jobs.backends.sagemaker.progress import ProgressReader
+    from jobs.backends.sagemaker.training_jobs import SageMakerBackend
     from jobs.clock import SystemClock
     from jobs.lifecycle.progress import ProgressTracker
     from jobs.settings import Settings

@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=2)
     opts = parser.parse_args()
 
-    from jobs.backends.offline_assets import build_tiny_bert, write_squad_jsonl
+    from jobs.backends.local.offline_assets import build_tiny_bert, write_squad_jsonl
 
     with tempfile.TemporaryDirectory(prefix="bench-train-") as tmp:
         root = Path(tmp)

@@ -29,6 +29,7 @@ from loopback_aws import (  # bench/ is the script's sys.path[0]
     ROLE_ARN,
     jobs_parser,
     quiet_libraries,
+    spot_job_request,
     start_moto,
 )
 
@@ -69,10 +70,10 @@ def _arrange(jobs: int, home: Path, role_arn: str) -> tuple[Any, Any, Any, Reque
     """moto jobs InProgress for 10 minutes, and one RUNNING lineage per job in a fresh store."""
     import boto3
 
-    from jobs.backends.sagemaker import SageMakerBackend
-    from jobs.backends.sagemaker_session import make_boto_session
+    from jobs import lineage as moves
+    from jobs.backends.aws_session import make_boto_session
+    from jobs.backends.sagemaker.training_jobs import SageMakerBackend
     from jobs.clock import SystemClock
-    from jobs.lifecycle import state as st
     from jobs.lifecycle.service import JobService
     from jobs.planning.grammar import parse_command
     from jobs.planning.plan import checkpoint_uri
@@ -88,14 +89,14 @@ def _arrange(jobs: int, home: Path, role_arn: str) -> tuple[Any, Any, Any, Reque
     plain = boto3.client("sagemaker")
     for index in range(jobs):
         lineage_id = f"bench-{index:04d}"
-        plain.create_training_job(**_create_request(f"{lineage_id}-1", role_arn))
+        plain.create_training_job(**spot_job_request(f"{lineage_id}-1", role_arn=role_arn))
         set_training_job_state(f"{lineage_id}-1", "InProgress", "Training", at=ago(600))
         store.create_lineage(lineage_id=lineage_id, spec=spec, backend="sagemaker",
                              checkpoint_uri=checkpoint_uri(BUCKET, lineage_id), actor=Actor("U1"),
                              estimated_usd=1.0)
         store.add_attempt(lineage_id, number=1, instance_type=spec.instance_type, spot=spec.spot)
-        store.transition_attempt(f"{lineage_id}-1", st.ATTEMPT_CONFIRMED)
-        store.transition_lineage(lineage_id, st.CONFIRM_LAUNCH)
+        store.transition_attempt(f"{lineage_id}-1", moves.ATTEMPT_CONFIRMED)
+        store.transition_lineage(lineage_id, moves.CONFIRM_LAUNCH)
     requests = Requests()
     session = make_boto_session("us-east-1")
     requests.attach(session)
@@ -106,18 +107,6 @@ def _arrange(jobs: int, home: Path, role_arn: str) -> tuple[Any, Any, Any, Reque
     return store, backend, service, requests
 
 
-def _create_request(name: str, role_arn: str) -> dict[str, Any]:
-    return {
-        "TrainingJobName": name,
-        "AlgorithmSpecification": {"TrainingImage": "bench:latest", "TrainingInputMode": "File"},
-        "RoleArn": role_arn,
-        "OutputDataConfig": {"S3OutputPath": f"s3://{BUCKET}/{name}/output"},
-        "ResourceConfig": {"InstanceType": "ml.p3.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
-        "StoppingCondition": {"MaxRuntimeInSeconds": 1000, "MaxWaitTimeInSeconds": 3600},
-        "EnableManagedSpotTraining": True,
-    }
-
-
 def _measure(requests: Requests, step: Any) -> tuple[Any, int, float]:
     before = requests.total()
     started = time.perf_counter()
@@ -126,8 +115,8 @@ def _measure(requests: Requests, step: Any) -> tuple[Any, int, float]:
 
 
 def run(jobs: int) -> None:
+    from bot.wiring import build_watcher
     from jobs.clock import SystemClock
-    from jobs.lifecycle.watcher import Watcher
     from jobs.planning.grammar import parse_command
     from jobs.planning.plan import build_plan
     from jobs.settings import Settings
@@ -143,7 +132,7 @@ def run(jobs: int) -> None:
             print(f"arranged {jobs} InProgress jobs and RUNNING lineages in {time.perf_counter() - started:.1f} s")
             settings = Settings(trainbot_bucket=BUCKET, trainbot_role_arn=role_arn, trainbot_home=home,
                                 trainbot_relaunch_backoff_seconds=0)
-            watcher = Watcher(store, backend, SystemClock(), settings)
+            watcher = build_watcher(store, backend, SystemClock(), settings)
             # The SDK session is built on a process's first launch; the bot pays that once, at its start.
             backend.launch("bench-warm-1", build_plan(parse_command(PLAN_TEXT), bucket=BUCKET, lineage_id="bench-warm"))
 

@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from jobs.backends.local.offline_assets import LocalAssets
+from tests.support.assets import build_shared_assets, seed_assets
 from tests.support.postgres import postgres_server, postgres_store_url, postgres_url  # noqa: F401
+from tests.support.runtimes import image_runtime  # noqa: F401 (the image runtime, built once a session)
 
 _LEAKY_VARIABLES = (
     "SLACK_BOT_TOKEN",
@@ -68,3 +71,15 @@ def trainbot_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home.mkdir()
     monkeypatch.setenv("TRAINBOT_HOME", str(home))
     return home
+
+
+@pytest.fixture(scope="session")
+def local_assets(tmp_path_factory: pytest.TempPathFactory) -> LocalAssets:
+    """The tiny model, its tokenizer and the generated data: trained and written once a session."""
+    return build_shared_assets(tmp_path_factory.mktemp("shared-assets"))
+
+
+@pytest.fixture
+def local_home(trainbot_home: Path, local_assets: LocalAssets) -> Path:
+    """A fresh TRAINBOT_HOME for a test that trains locally, with the session's tiny model in place."""
+    return seed_assets(trainbot_home, local_assets)

@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint
+from jobs import lineage as moves
+from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint, UpdateRequest
 from jobs.errors import NotFound
-from jobs.lifecycle import state as st
-from jobs.lifecycle.state import LineageStatus
+from jobs.lineage import Lineage, LineageStatus
 from jobs.planning.grammar import parse_command
 from jobs.records import Actor
-from jobs.store.store import Lineage, Store
+from jobs.store.store import Store
 
 LAUNCHER = Actor("U_ALICE", channel_id="C_ML", via="slack")
 
@@ -39,14 +39,14 @@ def completed_lineage(
     )
     job = f"{lineage_id}-1"
     store.add_attempt(lineage_id, number=1, instance_type=spec.instance_type, spot=spec.spot)
-    store.transition_attempt(job, st.ATTEMPT_CONFIRMED)
+    store.transition_attempt(job, moves.ATTEMPT_CONFIRMED)
     artifacts = model_artifacts or f"s3://bkt/{job}/output/model.tar.gz"
     if status is LineageStatus.COMPLETED:
         store.transition_attempt(
-            job, st.ATTEMPT_COMPLETED, model_artifacts=artifacts
+            job, moves.ATTEMPT_COMPLETED, model_artifacts=artifacts
         )
-    moves = {m.target: m for m in st.LINEAGE_MOVES if LineageStatus.PENDING in m.sources}
-    store.transition_lineage(lineage_id, moves[status])
+    from_pending = {m.target: m for m in moves.LINEAGE_MOVES if LineageStatus.PENDING in m.sources}
+    store.transition_lineage(lineage_id, from_pending[status])
     return store.get_lineage(lineage_id)
 
 
@@ -61,15 +61,34 @@ class FakeEndpoints:
     statuses: dict[str, RemoteEndpoint] = field(default_factory=dict)
     answers: list[Any] = field(default_factory=list)
     deploy_error: Exception | None = None
+    update_error: Exception | None = None
+    configs: dict[str, str] = field(default_factory=dict)  # endpoint -> the config it serves
+    pending: dict[str, str] = field(default_factory=dict)  # endpoint -> the config an update moves it to
 
     def deploy(self, request: DeployRequest) -> None:
         self.calls.append(("deploy", request.name, request))
         if self.deploy_error is not None:
             raise self.deploy_error
-        self.statuses[request.name] = RemoteEndpoint(request.name, "Creating")
+        self.configs[request.name] = request.name
+        self.statuses[request.name] = RemoteEndpoint(request.name, "Creating", config_name=request.name)
 
     def set_status(self, name: str, status: str, reason: str = "") -> None:
-        self.statuses[name] = RemoteEndpoint(name, status, reason)
+        self.statuses[name] = RemoteEndpoint(name, status, reason, config_name=self.configs.get(name, name))
+
+    def update(self, request: UpdateRequest) -> None:
+        """Updating on the old config until `finish_update` (as SageMaker's blue/green would be)."""
+        self.calls.append(("update", request.endpoint, request))
+        if self.update_error is not None:
+            raise self.update_error
+        self.pending[request.endpoint] = request.config_name
+        self.set_status(request.endpoint, "Updating")
+
+    def finish_update(self, name: str, *, rolled_back: bool = False) -> None:
+        """The update took (InService on the new config), or SageMaker rolled it back (on the old one)."""
+        config = self.pending.pop(name)
+        if not rolled_back:
+            self.configs[name] = config
+        self.set_status(name, "InService")
 
     def describe(self, name: str) -> RemoteEndpoint:
         self.calls.append(("describe", name, None))
@@ -77,8 +96,8 @@ class FakeEndpoints:
             raise NotFound(f"no endpoint {name}")
         return self.statuses[name]
 
-    def delete(self, name: str) -> None:
-        self.calls.append(("delete", name, None))
+    def delete(self, name: str, *, configs: Any = ()) -> None:
+        self.calls.append(("delete", name, tuple(configs)))
         self.statuses.pop(name, None)
 
     def invoke(self, name: str, payload: dict[str, Any]) -> Any:

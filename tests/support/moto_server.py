@@ -33,7 +33,7 @@ from moto.backends import get_backend
 from moto.core import DEFAULT_ACCOUNT_ID
 from moto.server import ThreadedMotoServer
 
-from jobs.backends.sagemaker_session import make_boto_session
+from jobs.backends.aws_session import make_boto_session
 
 REGION = "us-east-1"
 BUCKET = "trainbot-test-bucket"
@@ -304,7 +304,7 @@ def ago(seconds: float) -> datetime:
 
 def sagemaker_backend(aws: MotoAws, session: boto3.Session | None = None, **kwargs: Any) -> Any:
     """A `SageMakerBackend` on the moto server (a fresh session unless one is given)."""
-    from jobs.backends.sagemaker import SageMakerBackend
+    from jobs.backends.sagemaker.training_jobs import SageMakerBackend
     from jobs.clock import SystemClock
 
     options: dict[str, Any] = {

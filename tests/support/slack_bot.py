@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 
 
 def signed_headers(
-    secret: str, body: str, *, timestamp: int | None = None, retry_num: int | None = None
+    secret: str, body: str, *, timestamp: int | None = None, retry_num: int | None = None,
+    retry_reason: str = "http_timeout",
 ) -> dict[str, str]:
     """The headers Slack signs a request with (v0 HMAC-SHA256 over `v0:{timestamp}:{body}`)."""
     from slack_sdk.signature import SignatureVerifier
@@ -33,7 +34,7 @@ def signed_headers(
     }
     if retry_num is not None:
         headers["X-Slack-Retry-Num"] = str(retry_num)
-        headers["X-Slack-Retry-Reason"] = "http_timeout"
+        headers["X-Slack-Retry-Reason"] = retry_reason
     return headers
 
 
@@ -45,13 +46,16 @@ def slash_command(
     channel: str = "C_ML",
     response_url: str = "http://127.0.0.1:9/response/none",
     trigger_id: str = "trig.1",
+    channel_name: str = "ml",
 ) -> dict[str, str]:
+    """A slash command's form as Slack posts it (`channel_name` is "directmessage" in a DM between people,
+    "privategroup" in a private channel the app is not in)."""
     return {
         "token": "legacy",
         "team_id": TEAM,
         "team_domain": "test",
         "channel_id": channel,
-        "channel_name": "ml",
+        "channel_name": channel_name,
         "user_id": user,
         "user_name": user.lower(),
         "command": command,
@@ -219,10 +223,11 @@ class HttpBot:
         body = form_body(fields)
         return self.send(body, signed_headers(self.secret, body, retry_num=retry_num))
 
-    def post_event(self, envelope: dict[str, Any]) -> tuple[int, str]:
-        """An Events API request: a JSON body, signed."""
+    def post_event(self, envelope: dict[str, Any], *, retry_num: int | None = None,
+                   retry_reason: str = "http_timeout") -> tuple[int, str]:
+        """An Events API request: a JSON body, signed (a redelivery with Slack's retry headers)."""
         body = json.dumps(envelope)
-        headers = signed_headers(self.secret, body)
+        headers = signed_headers(self.secret, body, retry_num=retry_num, retry_reason=retry_reason)
         headers["Content-Type"] = "application/json"
         return self.send(body, headers)
 
@@ -279,19 +284,29 @@ class HttpRig:
         self.work.settle()
 
 
+def unpaced_web_client(settings: Any, *, timeout: int = 10) -> Any:
+    """The bot's governed WebClient without tier or channel pacing (posts on loopback go at once), Retry-After
+    still honoured: for tests of behaviour, not of pacing (tests/bot/test_slack_governor.py is about that)."""
+    from bot.slack_chat import make_web_client
+    from bot.slack_governor import SlackGovernor
+    from jobs.clock import SystemClock
+
+    return make_web_client(settings, timeout=timeout, governor=SlackGovernor.unpaced(SystemClock()))
+
+
 @contextmanager
-def http_rig(tmp_path: Path, *, secret: str, **settings: Any) -> Iterator[HttpRig]:
+def http_rig(tmp_path: Path, *, secret: str, slack: SlackApiServer | None = None, **settings: Any) -> Iterator[HttpRig]:
+    """``slack``: a loopback Slack set up beforehand (an Enterprise Grid or org-wide install), not started."""
     from bot.slack_app import create_app
-    from bot.slack_chat import ChannelPacer, SlackChat, make_web_client
+    from bot.slack_chat import SlackChat
     from tests.handlers.fakes import make_world
 
-    slack = SlackApiServer().start()
+    slack = (slack or SlackApiServer()).start()
     work = BackgroundWork()
     world = make_world(tmp_path, run_later=work, slack_bot_token=BOT_TOKEN, slack_signing_secret=secret,
                        slack_api_url=slack.base_url, **settings)
-    client = make_web_client(world.settings)
-    app = create_app(world.settings, world.services, client=client,
-                     chat=SlackChat(client, pacer=ChannelPacer(0.0)), http=True)
+    client = unpaced_web_client(world.settings)
+    app = create_app(world.settings, world.services, client=client, chat=SlackChat(client), http=True)
     bot = HttpBot(app, secret=secret).start()
     try:
         yield HttpRig(slack, world, bot, work)
@@ -299,3 +314,24 @@ def http_rig(tmp_path: Path, *, secret: str, **settings: Any) -> Iterator[HttpRi
         bot.stop()
         work.shutdown()
         slack.stop()
+
+
+@contextmanager
+def served_runtime(runtime: Any, *, secret: str) -> Iterator[tuple[Any, HttpBot, BackgroundWork]]:
+    """(SlackParts, HttpBot, BackgroundWork): a whole runtime's Slack app as ``trainbot serve --http`` builds
+    it, over signed HTTP, its background work waitable and its Web API client unpaced; stopped afterwards
+    with the runtime."""
+    from bot.serve import build_slack
+    from bot.slack_chat import SlackChat
+
+    work = BackgroundWork()
+    runtime.run_later = work  # the same bounded pool, but waitable
+    client = unpaced_web_client(runtime.settings)
+    parts = build_slack(runtime, http=True, client=client, chat=SlackChat(client))
+    bot = HttpBot(parts.app, secret=secret).start()
+    try:
+        yield parts, bot, work
+    finally:
+        bot.stop()
+        work.shutdown()
+        runtime.shutdown()

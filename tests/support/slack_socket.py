@@ -76,7 +76,8 @@ class SocketModeServer:
                 self.acks[envelope_id] = Ack(envelope_id, data.get("payload"), sent, now)
                 self._lock.notify_all()
 
-    def send(self, kind: str, payload: dict[str, Any], *, retry_attempt: int = 0) -> str:
+    def send(self, kind: str, payload: dict[str, Any], *, retry_attempt: int = 0,
+             retry_reason: str = "timeout") -> str:
         """Deliver one envelope (`slash_commands`, `interactive`, `events_api`); returns its id."""
         envelope_id = uuid.uuid4().hex
         envelope = {
@@ -85,7 +86,7 @@ class SocketModeServer:
             "payload": payload,
             "accepts_response_payload": kind != "events_api",
             "retry_attempt": retry_attempt,
-            "retry_reason": "timeout" if retry_attempt else "",
+            "retry_reason": retry_reason if retry_attempt else "",
         }
         with self._lock:
             connection = self._connection
