@@ -282,8 +282,10 @@ def test_stopping_a_data_parallel_job_ends_it_stopped_after_a_save(home: Path) -
 
 def test_a_job_past_max_run_is_stopped_on_the_injected_clock(home: Path) -> None:
     clock = FakeClock()
-    backend = LocalBackend(home, clock=clock, offline=True)
-    backend.launch("slow1-1", plan_for("distilbert-spot max_run=1000", "slow1"))
+    # A run far longer than the test: on a loaded machine a 60-step job could end on its own before the
+    # fake clock passes max_run, and this test is about the stop, not about training.
+    backend = LocalBackend(home, clock=clock, offline=True, limits=LocalLimits(max_steps=100_000))
+    backend.launch("slow1-1", plan_for("distilbert-spot max_run=1000 max_steps=100000", "slow1"))
     clock.advance(999)
     assert backend.describe("slow1-1").status is RemoteStatus.IN_PROGRESS
     clock.advance(2)  # past max_run: the next look sends SIGTERM, as SageMaker stops such a job
