@@ -23,7 +23,7 @@ from jobs.lifecycle.forecasts import forecast_of
 from jobs.lineage import LineageStatus
 from jobs.planning.forecast import about_duration, forecast
 from jobs.planning.forecast import summary as forecast_summary
-from jobs.planning.pricing import usd
+from jobs.planning.prices import usd
 from jobs.reporting.reports import JobReport, build_report, with_forecast
 
 if TYPE_CHECKING:

@@ -92,7 +92,7 @@ def cron_trigger(cron: str, tz: str) -> CronSchedule:
 
 
 class ApsCronCalendar:
-    """The CronCalendar port of jobs/schedules.py, on APScheduler's CronTrigger."""
+    """The CronCalendar port (jobs/schedules/cron.py), on APScheduler's CronTrigger."""
 
     def validate(self, cron: str, tz: str) -> None:
         cron_trigger(cron, tz)

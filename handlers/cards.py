@@ -18,7 +18,8 @@ from jobs.planning.forecast import Forecast, summary
 from jobs.planning.own_code import SPOT_RESUME_NOTE
 from jobs.planning.plan import code_label
 from jobs.planning.plan_text import own_checkpoint_line
-from jobs.planning.pricing import CostEstimate, cost_of, usd
+from jobs.planning.prices import cost_of, usd
+from jobs.planning.pricing import CostEstimate
 from jobs.planning.spec import JobSpec
 
 ACTION_LAUNCH = "train.launch"

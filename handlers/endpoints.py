@@ -19,7 +19,7 @@ from jobs.endpoints import texts as endpoint_texts
 from jobs.endpoints.service import DeployPlan
 from jobs.errors import BadInput, TrainbotError
 from jobs.planning.grammar import normalize_slack_text
-from jobs.planning.pricing import hourly_usd, usd
+from jobs.planning.prices import hourly_usd, usd
 
 log = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from jobs.budget import SpendLedger
 from jobs.errors import PermissionDenied, TrainbotError
 from jobs.lifecycle.progress import LiveProgress
 from jobs.lineage import Lineage
-from jobs.planning.pricing import usd
+from jobs.planning.prices import usd
 from jobs.rate_limits import Priority, prioritised
 from jobs.records import Actor
 from jobs.reporting.spend import lineage_cost_so_far, team_spend

@@ -23,7 +23,7 @@ from jobs.endpoints.history import render_history
 from jobs.endpoints.promotion_plan import PromotionPlan, Side
 from jobs.errors import BadInput
 from jobs.planning.grammar import normalize_slack_text
-from jobs.planning.pricing import usd
+from jobs.planning.prices import usd
 from jobs.registry import text as registry_text
 from jobs.releases import texts as release_texts
 

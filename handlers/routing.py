@@ -31,7 +31,7 @@ from jobs.lineage import Lineage
 from jobs.notifications import rules
 from jobs.notifications.rules import JobFacts
 from jobs.notifications.service import NotificationService
-from jobs.planning.pricing import usd
+from jobs.planning.prices import usd
 from jobs.records import RemoteStatus
 from jobs.reporting.spend import lineage_cost_so_far
 from jobs.store.rows import Notification

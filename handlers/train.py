@@ -40,7 +40,7 @@ from jobs.errors import BadInput, SpecError, TrainbotError
 from jobs.planning.grammar import general_help, help_for, keys, normalize_slack_text, tokenize
 from jobs.planning.own_code import display, is_full_commit, parse_code, unpinned_git
 from jobs.planning.plan import LaunchPlan
-from jobs.planning.pricing import spot_discount
+from jobs.planning.prices import spot_discount
 from jobs.planning.spec import JobSpec
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from jobs.clock import Clock
 from jobs.endpoints.store import Endpoint, EndpointStore
 from jobs.errors import BudgetExceeded
 from jobs.lineage import Attempt, AttemptStatus
-from jobs.planning.pricing import attempt_worst_case_usd, cost_of, usd
+from jobs.planning.prices import attempt_worst_case_usd, cost_of, usd
 from jobs.planning.spec import JobSpec
 from jobs.settings import Settings
 from jobs.store.store import Store

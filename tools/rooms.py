@@ -26,6 +26,7 @@ from pathlib import Path
 FLOORS: dict[str, int] = {
     "bot": 9,
     "handlers": 8,
+    "jobs.releases": 8,  # ending-stage steps: register a finished run's model, promote a scheduled one
     "jobs.schedules": 7,  # a schedule launches through the lifecycle's service
     "jobs.endings": 7,  # after an ending: reads the lifecycle's events and forecasts
     "jobs.lifecycle": 6,
@@ -35,11 +36,13 @@ FLOORS: dict[str, int] = {
     "jobs.recipes": 5,
     "jobs.budget": 5,
     "jobs.permissions": 5,
+    "jobs.registry": 5,  # model packages: what the endpoints promote, what the releases register
     "jobs.backends.local": 4,
     "jobs.backends.sagemaker": 4,
     "jobs.backends": 4,
     "jobs.store": 3,
     "jobs.lineage": 2,
+    "jobs.comparison": 2,  # one run's final metrics against another's, on the domain's lineages
     "jobs.backend": 2,
     "jobs.planning": 1,
     "jobs.settings": 1,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from jobs.endpoints import texts
 from jobs.errors import BudgetExceeded, InvalidState, SpecError
 from jobs.lineage import AttemptStatus, Lineage, LineageStatus
-from jobs.planning.pricing import hourly_usd, usd
+from jobs.planning.prices import hourly_usd, usd
 from jobs.settings import Settings
 
 

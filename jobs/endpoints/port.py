@@ -13,6 +13,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any, Protocol
 
+from jobs.planning.serving import Framework
+
 
 class EndpointStatus(str, Enum):
     CREATING = "creating"  # recorded and asked for; the backend is still bringing it up
@@ -22,18 +24,6 @@ class EndpointStatus(str, Enum):
 
     def is_terminal(self) -> bool:
         return self in (EndpointStatus.FAILED, EndpointStatus.DELETED)
-
-
-@dataclass(frozen=True)
-class Framework:
-    """The inference container's versions (SageMaker); the local backend uses what is installed."""
-
-    transformers: str
-    pytorch: str
-    py: str
-
-    def label(self) -> str:
-        return f"transformers {self.transformers} / PyTorch {self.pytorch} / {self.py}"
 
 
 @dataclass(frozen=True)

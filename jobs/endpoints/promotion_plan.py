@@ -14,7 +14,7 @@ from jobs.endpoints.port import DeployRequest, Rollout, UpdateRequest
 from jobs.endpoints.store import Endpoint
 from jobs.errors import SpecError
 from jobs.lineage import Lineage
-from jobs.planning.pricing import hourly_usd
+from jobs.planning.prices import hourly_usd
 
 #: A canary needs a fleet to take a share of: below this many instances the update goes all at once.
 CANARY_MIN_INSTANCES = 2

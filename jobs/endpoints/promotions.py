@@ -15,9 +15,10 @@ import secrets
 from typing import TYPE_CHECKING
 
 from jobs.clock import Clock
+from jobs.comparison import final_metrics
 from jobs.endpoints import texts
 from jobs.endpoints.checks import check_caps, served_model, task_of
-from jobs.endpoints.options import check_name, choose_framework, model_name, parse_options
+from jobs.endpoints.options import check_name, model_name, parse_options
 from jobs.endpoints.port import DeployRequest, EndpointBackend, Rollout, UpdateRequest
 from jobs.endpoints.promotion_plan import PromotionPlan, Side, hourly, instances_for, rollout_for
 from jobs.endpoints.revisions import Action, Revision, RevisionStatus, RevisionStore
@@ -25,8 +26,8 @@ from jobs.endpoints.store import Endpoint, EndpointCycle, EndpointStore
 from jobs.endpoints.update_follower import UpdateFollower
 from jobs.errors import BadInput, InvalidState, NotFound, TrainbotError
 from jobs.permissions import AccessPolicy
+from jobs.planning.serving import choose_framework
 from jobs.records import Actor
-from jobs.schedules.comparison import final_metrics
 from jobs.settings import Settings
 from jobs.store.store import Store
 

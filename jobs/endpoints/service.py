@@ -22,7 +22,6 @@ from jobs.endpoints.options import (
     ROLLOUT_KEYS,
     DeployOptions,
     check_name,
-    choose_framework,
     default_name,
     model_name,
     normalize_answer,
@@ -34,7 +33,8 @@ from jobs.endpoints.promotions import PromotionService
 from jobs.endpoints.store import LIVE, DeployPlan, Endpoint, EndpointCycle, EndpointStore, IdleEndpoint
 from jobs.errors import BadInput, InvalidState, NotFound, TrainbotError
 from jobs.permissions import AccessPolicy
-from jobs.planning.pricing import SECONDS_PER_HOUR, usd
+from jobs.planning.prices import SECONDS_PER_HOUR, usd
+from jobs.planning.serving import choose_framework
 from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store

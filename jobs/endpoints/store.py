@@ -28,7 +28,7 @@ from jobs.endpoints.options import DeployOptions
 from jobs.endpoints.port import DeployRequest, EndpointStatus
 from jobs.errors import InvalidState, NotFound, SpecError
 from jobs.lineage import Lineage
-from jobs.planning.pricing import hourly_usd
+from jobs.planning.prices import hourly_usd
 from jobs.store.schema import endpoints_table, read_transaction, write_transaction
 from jobs.store.store import Store
 

@@ -24,7 +24,7 @@ from jobs.clock import Clock
 from jobs.errors import BackendError
 from jobs.lineage import Attempt, AttemptStatus, Lineage
 from jobs.planning.forecast import Forecast
-from jobs.planning.pricing import cost_of
+from jobs.planning.prices import cost_of
 from jobs.records import Progress
 from jobs.settings import Settings
 from jobs.store.runs import RunHistory

@@ -25,7 +25,7 @@ from jobs.lifecycle import events
 from jobs.lineage import AttemptStatus, LineageStatus
 from jobs.planning.batch import BatchSettings, stored_batch
 from jobs.planning.fallbacks import DEFAULT_ORDER, Candidate, Fallbacks, lineage_fallbacks
-from jobs.planning.pricing import attempt_worst_case_usd, cost_of, usd
+from jobs.planning.prices import attempt_worst_case_usd, cost_of, usd
 from jobs.records import RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:

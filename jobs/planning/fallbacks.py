@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.planning import versions
 from jobs.planning.batch import BOTH, BatchNotKept, BatchSettings, keep_global_batch
 from jobs.planning.instances import InstanceType, instance_info, instance_names
-from jobs.planning.pricing import hourly_usd
+from jobs.planning.prices import hourly_usd
 
 if TYPE_CHECKING:
     from jobs.planning.spec import JobSpec

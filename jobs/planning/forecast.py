@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from jobs.planning.instances import instance_info
-from jobs.planning.pricing import SECONDS_PER_HOUR, hourly_usd
+from jobs.planning.prices import SECONDS_PER_HOUR, hourly_usd
 from jobs.planning.workload import Workload, workload_of
 
 if TYPE_CHECKING:

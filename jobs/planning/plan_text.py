@@ -6,7 +6,8 @@ from jobs.planning import own_code
 from jobs.planning.forecast import Forecast, about_duration, summary
 from jobs.planning.instances import instance_info
 from jobs.planning.plan import DISTRIBUTION_LABELS, LaunchPlan, code_label, own_checkpoint_minutes
-from jobs.planning.pricing import CostEstimate, usd
+from jobs.planning.prices import usd
+from jobs.planning.pricing import CostEstimate
 from jobs.planning.spec import JobSpec
 
 

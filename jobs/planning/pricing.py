@@ -1,9 +1,6 @@
 """What a job costs: on-demand list prices, a typical spot discount, and the cost bounds of a plan.
 
-Prices come from data/prices.json (us-east-1 on-demand SageMaker training list prices; the file names its
-source and date). Spot prices move; the file carries a typical managed-spot discount per family.
-
-The estimate of a plan, all instances together:
+The list prices are in jobs/planning/prices.py. The estimate of a plan, all instances together:
 - ``hourly_usd``: the on-demand price per hour; ``spot_hourly_usd``: less the typical spot discount (spot jobs);
 - ``attempt_worst_case_usd``: the most one attempt can be billed: ``max_run`` seconds (SageMaker bills a spot
   job's training seconds only, at most ``max_run``, however long it waits) at up to the on-demand price
@@ -19,47 +16,19 @@ The estimate of a plan, all instances together:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from jobs.errors import BudgetExceeded
-from jobs.planning.instances import family_of, instance_info
+from jobs.planning.batch import batch_of
+from jobs.planning.fallbacks import lineage_fallbacks
+from jobs.planning.prices import SECONDS_PER_HOUR, attempt_worst_case_usd, hourly_usd, spot_discount, usd
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from jobs.planning.spec import JobSpec
 
-DATA_FILE = Path(__file__).parent / "data" / "prices.json"
-SECONDS_PER_HOUR = 3600.0
-
-
-@cache
-def price_table() -> dict[str, Any]:
-    """The parsed prices.json (source, date, prices, discounts)."""
-    data: dict[str, Any] = json.loads(DATA_FILE.read_text(encoding="utf-8"))
-    return data
-
-
-def spot_discount(instance_type: str) -> float:
-    """The typical managed-spot discount of the type's family, as a fraction (0.7 = 70% off)."""
-    name = instance_info(instance_type).name
-    return float(price_table()["typical_spot_discount"].get(family_of(name), 0.0))
-
-
-def hourly_usd(instance_type: str, *, spot: bool = False) -> float:
-    """The price of one instance-hour, on-demand or at the typical spot price."""
-    name = instance_info(instance_type).name
-    price = float(price_table()["on_demand_hourly_usd"][name])
-    return price * (1.0 - spot_discount(name)) if spot else price
-
-
-def cost_of(instance_type: str, instance_count: int, billable_seconds: float, spot: bool) -> float:
-    """What ``billable_seconds`` of ``instance_count`` instances cost (typical spot price when ``spot``)."""
-    return hourly_usd(instance_type, spot=spot) * instance_count * max(billable_seconds, 0.0) / SECONDS_PER_HOUR
 
 
 @dataclass(frozen=True)
@@ -103,13 +72,6 @@ def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def attempt_worst_case_usd(instance_type: str, count: int, spot: bool, max_run: float) -> float:
-    """The most one attempt can be billed: ``max_run`` seconds of ``count`` instances at the on-demand
-    price. ``spot`` does not lower it: a spot job bills at most ``max_run`` training seconds (its wait for
-    capacity is not billed), and the spot price can rise to the on-demand price."""
-    return hourly_usd(instance_type) * count * max(max_run, 0) / SECONDS_PER_HOUR
-
-
 def lineage_worst_case(
     spec: JobSpec, *, max_restarts: int | None = None, max_job_usd: float | None = None,
     types: Sequence[str] | None = None,
@@ -128,10 +90,6 @@ def lineage_worst_case(
 
 def reachable_types(spec: JobSpec) -> list[str]:
     """The types the default recovery order may move ``spec`` to (jobs.planning.fallbacks)."""
-    # Imported here: the fallback order ranks types by these prices, so it imports this module.
-    from jobs.planning.batch import batch_of
-    from jobs.planning.fallbacks import lineage_fallbacks
-
     batch = batch_of(spec.hyperparameters, spec.instance.gpus, spec.instance_count)
     return lineage_fallbacks(spec, batch).types()
 
@@ -161,11 +119,6 @@ def estimate(
         dearest_type=dearest,
         capped_by_usd=max_job_usd if capped else None,
     )
-
-
-def usd(amount: float) -> str:
-    """``1234.5`` -> ``$1,234.50``."""
-    return f"${amount:,.2f}"
 
 
 def check_job_budget(cost: CostEstimate, max_job_usd: float | None) -> None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Protocol
 
-from jobs.endpoints.port import Framework
+from jobs.planning.serving import Framework
 
 
 class Approval(str, Enum):

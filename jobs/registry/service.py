@@ -13,13 +13,13 @@ import logging
 import re
 
 from jobs.clock import Clock
-from jobs.endpoints.options import choose_framework
+from jobs.comparison import final_metrics
 from jobs.errors import BackendError, NotFound
 from jobs.lineage import AttemptStatus, Lineage, LineageStatus
+from jobs.planning.serving import choose_framework
 from jobs.records import Actor
 from jobs.registry.port import Approval, PackageRequest, RegistryBackend
 from jobs.registry.store import REGISTERING, ModelPackage, PackageStore
-from jobs.schedules.comparison import final_metrics
 from jobs.settings import Settings
 from jobs.store.store import Store
 

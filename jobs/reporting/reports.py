@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.errors import TrainbotError
 from jobs.lineage import AttemptStatus
-from jobs.planning import pricing
+from jobs.planning import prices
 from jobs.planning.batch import BatchSettings, change_words, stored_batch, used_batch
 from jobs.planning.forecast import Forecast, about_duration, about_usd
 from jobs.planning.metrics import PROGRESS_NAMES
@@ -227,7 +227,7 @@ def _reason(attempt: Attempt) -> str:
 
 def _cost(attempt: Attempt, count: int, seconds: int | None, *, spot: bool) -> float:
     try:
-        return pricing.cost_of(attempt.instance_type, count, float(seconds or 0), spot)
+        return prices.cost_of(attempt.instance_type, count, float(seconds or 0), spot)
     except TrainbotError:  # a type the price table does not know: no figure rather than no report
         log.warning("no price for %s; %s costed at 0", attempt.instance_type, attempt.job_name)
         return 0.0

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from jobs.budget import SpendLedger, start_of_utc_day
 from jobs.errors import TrainbotError
 from jobs.lineage import AttemptStatus
-from jobs.planning.pricing import cost_of
+from jobs.planning.prices import cost_of
 
 if TYPE_CHECKING:
     from jobs.lineage import Attempt, Lineage

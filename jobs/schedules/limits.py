@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from jobs.errors import LimitReached, ScheduleError
 
 if TYPE_CHECKING:
-    from jobs.schedules.service import CronCalendar
+    from jobs.schedules.cron import CronCalendar
 
 #: The fires looked at for the shortest gap: a day of an hourly schedule and far more; the window ends
 #: earlier for a rare one. A cron's gaps repeat with its fields (at most a year), and every frequent one

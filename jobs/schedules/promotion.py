@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from jobs.schedules.comparison import Comparison
+from jobs.comparison import Comparison
 from jobs.schedules.store import Schedule
 
 

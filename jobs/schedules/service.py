@@ -7,8 +7,9 @@ all apply) and recorded with ``schedule=NAME``. Cron and time-zone arithmetic co
 Exactly-once: every run claims a row keyed by (schedule, slot) before it launches, so two processes, or a
 leader that lost its lease mid-fire, never start the same nightly run twice.
 
-The tables and records are in jobs/schedule_records.py, the `/schedule add` text in jobs/schedule_text.py,
-and the run-to-run comparison in jobs/schedule_comparison.py; this module is the service that uses them.
+The tables and records are in jobs/schedules/store.py, the `/schedule add` text in jobs/schedules/text.py,
+the port in jobs/schedules/cron.py and the run-to-run comparison in jobs/comparison.py; this module is the
+service that uses them.
 """
 
 from __future__ import annotations
@@ -19,18 +20,18 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
-from typing import Protocol
 
 from sqlalchemy import Connection, Engine, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from jobs.clock import Clock
+from jobs.comparison import DEFAULT_REGRESSION_POINTS, Comparison, compare_runs, final_metrics
 from jobs.errors import InvalidState, NotFound, PermissionDenied, ScheduleError, TrainbotError
 from jobs.lifecycle.service import JobService
 from jobs.lineage import Lineage, LineageStatus
 from jobs.permissions import AccessPolicy
 from jobs.records import Actor
-from jobs.schedules.comparison import DEFAULT_REGRESSION_POINTS, Comparison, compare_runs, final_metrics
+from jobs.schedules.cron import CronCalendar
 from jobs.schedules.limits import check_cadence, check_count
 from jobs.schedules.store import FireResult, Schedule, ScheduleRun, run_from_row, schedule_from_row
 from jobs.schedules.text import DEFAULT_TZ, check_name, check_overlap, parse_add_text
@@ -41,18 +42,6 @@ from jobs.store.store import Store
 log = logging.getLogger(__name__)
 
 NOTIFY_KIND = "schedule"  # outbox kind; payload carries `text` like every event
-
-
-class CronCalendar(Protocol):
-    """Cron arithmetic in a time zone (bot/scheduler.py implements it with APScheduler)."""
-
-    def validate(self, cron: str, tz: str) -> None:
-        """Raise ScheduleError (one sentence) for a bad expression or unknown time zone."""
-        ...
-
-    def next_fire(self, cron: str, tz: str, after: datetime) -> datetime | None:
-        """The first fire time strictly after `after`, as an aware UTC datetime (None: never)."""
-        ...
 
 
 # ---------------------------------------------------------------- the service

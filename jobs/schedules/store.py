@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy.engine import Row
 
+from jobs.comparison import describe_data
 from jobs.lineage import Lineage
-from jobs.schedules.comparison import describe_data
 
 # ---------------------------------------------------------------- records
 

@@ -8,9 +8,9 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from jobs.comparison import DEFAULT_REGRESSION_POINTS
 from jobs.errors import ScheduleError
 from jobs.planning.grammar import normalize_slack_text
-from jobs.schedules.comparison import DEFAULT_REGRESSION_POINTS
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
 DEFAULT_TZ = "UTC"

@@ -199,7 +199,7 @@ schedules_table = Table(
     Column("via", String(32), nullable=False),
     Column("paused", Boolean, nullable=False, default=False),
     Column("overlap", String(16), nullable=False, default="skip"),
-    Column("regression_points", Float, nullable=False, default=1.0),  # schedules.comparison.DEFAULT_REGRESSION_POINTS
+    Column("regression_points", Float, nullable=False, default=1.0),  # jobs.comparison.DEFAULT_REGRESSION_POINTS
     Column("deploy_if_better", Boolean, nullable=False, default=False),
     Column("train_data", Text),
     Column("dataset_revision", String(255)),

@@ -18,7 +18,7 @@ from jobs.budget import SpendLedger
 from jobs.errors import CapacityError
 from jobs.lifecycle.progress import LiveProgress
 from jobs.lineage import LineageStatus
-from jobs.planning.pricing import usd
+from jobs.planning.prices import usd
 from jobs.store.runs import RunHistory
 from tests.handlers.fakes import ALICE, BOB, CHANNEL, World, make_world, walk_limits
 from tests.jobs.fakes import ScriptedBackend

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import inspect
 
-from jobs.endpoints.options import DEFAULT_INSTANCE_TYPE, choose_framework, normalize_answer, parse_options
-from jobs.endpoints.port import EndpointStatus, Framework
+from jobs.endpoints.options import DEFAULT_INSTANCE_TYPE, normalize_answer, parse_options
+from jobs.endpoints.port import EndpointStatus
 from jobs.endpoints.service import EndpointService
 from jobs.errors import (
     BackendError,
@@ -20,7 +20,8 @@ from jobs.errors import (
 )
 from jobs.lineage import LineageStatus
 from jobs.planning import versions
-from jobs.planning.pricing import hourly_usd
+from jobs.planning.prices import hourly_usd
+from jobs.planning.serving import Framework, choose_framework
 from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.rows import Notification

@@ -9,15 +9,8 @@ from jobs.lifecycle.recovery import RecoveryPolicy, candidates
 from jobs.planning.grammar import parse_command
 from jobs.planning.instances import instance_names
 from jobs.planning.plan import build_plan
-from jobs.planning.pricing import (
-    attempt_worst_case_usd,
-    check_job_budget,
-    cost_of,
-    estimate,
-    hourly_usd,
-    price_table,
-    spot_discount,
-)
+from jobs.planning.prices import attempt_worst_case_usd, cost_of, hourly_usd, price_table, spot_discount
+from jobs.planning.pricing import check_job_budget, estimate
 
 
 def test_the_price_file_names_its_source_and_date() -> None:

@@ -11,7 +11,7 @@ from jobs.lifecycle.progress import LiveProgress, ProgressTracker, progress_word
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.watcher import Watcher
 from jobs.lineage import Lineage
-from jobs.planning.pricing import cost_of
+from jobs.planning.prices import cost_of
 from jobs.records import Actor, Progress
 from jobs.settings import Settings
 from jobs.store.runs import RunHistory

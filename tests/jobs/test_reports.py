@@ -12,7 +12,7 @@ import pytest
 
 from jobs.lifecycle import events
 from jobs.lineage import Attempt, AttemptStatus, Lineage, LineageStatus
-from jobs.planning import pricing
+from jobs.planning import prices
 from jobs.planning.grammar import parse_command
 from jobs.records import MetricPoint
 from jobs.reporting.plots import plot_lineage, plot_series
@@ -57,7 +57,7 @@ def test_the_final_report_sums_the_attempts() -> None:
     assert report.headline == {"exact_match": 81.2, "f1": 88.5, "loss": 1.1}
     assert (report.billable_seconds, report.training_seconds) == (900, 3000)
     assert report.spot_savings_pct == "70%"
-    expected = pricing.cost_of("ml.p3.2xlarge", 1, 600, True) + pricing.cost_of("ml.p3.8xlarge", 1, 300, True)
+    expected = prices.cost_of("ml.p3.2xlarge", 1, 600, True) + prices.cost_of("ml.p3.8xlarge", 1, 300, True)
     assert report.cost_usd == pytest.approx(expected)
     assert report.on_demand_usd > report.cost_usd
     assert report.duration_seconds == 90 * 60

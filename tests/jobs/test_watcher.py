@@ -22,7 +22,7 @@ from jobs.lifecycle import events
 from jobs.lifecycle.service import JobService
 from jobs.lifecycle.watcher import Watcher, cursor_key
 from jobs.lineage import AttemptStatus, Lineage, LineageStatus
-from jobs.planning import pricing
+from jobs.planning import prices
 from jobs.planning.grammar import parse_command
 from jobs.records import Actor, MetricPoint, RemoteStatus
 from jobs.settings import Settings
@@ -370,7 +370,7 @@ def test_completed_enqueues_the_final_report_and_curves(world: World) -> None:
     assert report["spot_savings"] == "70%"
     assert report["headline"] == {"accuracy": 0.91, "loss": 0.3}
     assert report["status"] == "completed" and not report["partial"]
-    assert report["cost_usd"] == round(pricing.cost_of("ml.p3.2xlarge", 1, 300, True), 2) > 0
+    assert report["cost_usd"] == round(prices.cost_of("ml.p3.2xlarge", 1, 300, True), 2) > 0
     png = Path(done["png_path"])
     assert png.is_file() and png.read_bytes()[:4] == b"\x89PNG"
     assert png == world.settings.trainbot_home / "plots" / f"{lineage.id}.png"

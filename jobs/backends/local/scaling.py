@@ -25,7 +25,7 @@ from jobs.errors import BadInput
 from jobs.planning import cadence
 from jobs.planning.batch import ACCUMULATION, BOTH, PER_DEVICE, BatchNotKept, BatchSettings, keep_global_batch
 from jobs.planning.forecast import ForecastTarget, Hardware
-from jobs.planning.pricing import hourly_usd
+from jobs.planning.prices import hourly_usd
 from jobs.planning.workload import ModelShape, workload_of
 
 if TYPE_CHECKING:

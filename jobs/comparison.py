@@ -1,4 +1,5 @@
-"""How a scheduled run compares with the previous successful run of its schedule.
+"""How a run's final metrics compare with another's: a scheduled run against its schedule's last good run
+(the nightly comparison), and a candidate model against the one serving (promotions and the registry).
 
 Quality metrics (EM, F1, accuracy) are read on a 0-100 scale; a drop of more than the schedule's threshold
 is a regression, and a run that dropped nothing and improved something is "better" (deploy_if_better).
