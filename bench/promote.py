@@ -14,98 +14,32 @@ jobs/backends/local/endpoint_server.py); the requests in flight finish on the ol
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from jobs import lineage as moves  # noqa: E402
 from jobs.backends.local.endpoints import LocalEndpoints  # noqa: E402
 from jobs.backends.local.offline_assets import build_tiny_bert  # noqa: E402
 from jobs.clock import SystemClock  # noqa: E402
 from jobs.endpoints.revisions import RevisionStatus  # noqa: E402
 from jobs.endpoints.service import EndpointService  # noqa: E402
-from jobs.planning.grammar import parse_command  # noqa: E402
 from jobs.records import Actor  # noqa: E402
 from jobs.registry.service import RegistryService  # noqa: E402
 from jobs.settings import Settings  # noqa: E402
 from jobs.store.store import Store  # noqa: E402
+from tests.support.endpoints import completed_lineage  # noqa: E402
+from tests.support.invocations import InvocationStream  # noqa: E402
 
 OWNER = Actor("U_BENCH", channel_id=None, via="cli")
-BODY = json.dumps({"inputs": {"question": "What is the city?", "context": "the city is kalo ."}}).encode()
 TARGET_FAILED = 0
-
-
-@dataclass
-class Sample:
-    started: float
-    seconds: float
-    ok: bool
-
-
-class Traffic:
-    """`clients` threads, each sending one request after another on a kept-alive connection."""
-
-    def __init__(self, port: int, clients: int) -> None:
-        self.port = port
-        self.samples: list[Sample] = []
-        self.failures: list[str] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._client, daemon=True) for _ in range(clients)]
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=60)
-
-    def _client(self) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        while not self._stop.is_set():
-            started = time.perf_counter()
-            try:
-                connection.request("POST", "/invocations", body=BODY, headers={"Content-Type": "application/json"})
-                response = connection.getresponse()
-                response.read()
-                ok = response.status == 200
-                if not ok:
-                    self._fail(f"HTTP {response.status}")
-            except (OSError, http.client.HTTPException) as exc:
-                self._fail(f"{type(exc).__name__}: {exc}")
-                connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-                ok = False
-            with self._lock:
-                self.samples.append(Sample(started, time.perf_counter() - started, ok))
-
-    def _fail(self, what: str) -> None:
-        with self._lock:
-            self.failures.append(what)
-
-
-def lineage(store: Store, lineage_id: str, model: Path) -> None:
-    """A completed local lineage whose model is `model` (what a finished `trainbot launch` leaves)."""
-    spec = parse_command("bert-squad")
-    store.create_lineage(lineage_id=lineage_id, spec=spec, backend="local", checkpoint_uri=f"/tmp/{lineage_id}",
-                         actor=OWNER, estimated_usd=0.0)
-    store.add_attempt(lineage_id, number=1, instance_type=spec.instance_type, spot=False)
-    store.transition_attempt(f"{lineage_id}-1", moves.ATTEMPT_CONFIRMED)
-    store.transition_attempt(f"{lineage_id}-1", moves.ATTEMPT_COMPLETED, model_artifacts=str(model))
-    store.transition_lineage(lineage_id, moves.COMPLETE)
 
 
 def wait_over(service: EndpointService, revision_id: int, limit: float = 300.0) -> RevisionStatus:
@@ -142,8 +76,9 @@ def main() -> None:
         registry = RegistryService(store=store, remote=None, settings=settings, clock=clock)
         backend = LocalEndpoints(home, clock)
         service = EndpointService(store=store, backend=backend, settings=settings, clock=clock, registry=registry)
-        lineage(store, "bench-a", home / "data" / "model-1")
-        lineage(store, "bench-b", home / "data" / "model-2")
+        for lineage_id, model in (("bench-a", "model-1"), ("bench-b", "model-2")):
+            completed_lineage(store, lineage_id, backend="local", model_artifacts=str(home / "data" / model),
+                              actor=OWNER)
         name = service.deploy("bench-a", options={"name": "bench-prod"}, actor=OWNER).name
         try:
             run(service, home, name, args)
@@ -160,38 +95,44 @@ def run(service: EndpointService, home: Path, name: str, args: argparse.Namespac
         time.sleep(0.1)
     port = int(json.loads((home / "local-endpoints" / name / "server.json").read_text())["port"])
     print(f"endpoint {name} in service after {time.monotonic() - started:.1f} s; {args.clients} clients")
-    traffic = Traffic(port, args.clients)
-    traffic.start()
-    time.sleep(1.0)  # warm-up, not counted
-    steady_from = time.perf_counter()
-    time.sleep(args.steady)
-    steady_to = time.perf_counter()
+    with InvocationStream(port, threads=args.clients) as traffic:
+        time.sleep(1.0)  # warm-up, not counted
+        steady_from = time.monotonic()
+        time.sleep(args.steady)
+        steady_to = time.monotonic()
+        windows = swap(service, name, args.cycles)
+    report(traffic, steady_from, steady_to, windows)
+
+
+def swap(service: EndpointService, name: str, cycles: int) -> list[tuple[float, float]]:
+    """Promote and roll back ``cycles`` times; each swap's window, from asking to serving."""
     windows: list[tuple[float, float]] = []
-    for cycle in range(args.cycles):
+    for cycle in range(cycles):
         for what in ("promote", "rollback"):
-            asked = time.perf_counter()
+            asked = time.monotonic()
             if what == "promote":
                 plan = service.promotions.plan("bench-b", name, options={}, actor=OWNER)
                 revision = service.promotions.promote(plan, actor=OWNER)
             else:
                 revision = service.promotions.rollback(name, actor=OWNER, reason=f"bench cycle {cycle + 1}")
             status = wait_over(service, revision.id)
-            windows.append((asked, time.perf_counter()))
+            windows.append((asked, time.monotonic()))
             if status is not RevisionStatus.SERVING:
                 raise SystemExit(f"{what} {cycle + 1} ended {status.value}")
             time.sleep(0.5)  # some traffic between swaps
-    traffic.stop()
-    report(traffic, steady_from, steady_to, windows)
+    return windows
 
 
-def report(traffic: Traffic, steady_from: float, steady_to: float, windows: list[tuple[float, float]]) -> None:
-    samples = [s for s in traffic.samples if s.started >= steady_from]
+def report(traffic: InvocationStream, steady_from: float, steady_to: float,
+           windows: list[tuple[float, float]]) -> None:
+    samples = [s for s in traffic.answers if s.started >= steady_from]
     steady = [s.seconds for s in samples if steady_from <= s.started < steady_to and s.ok]
     swapping = [s.seconds for s in samples if s.ok and any(a <= s.started + s.seconds and s.started <= b
                                                            for a, b in windows)]
-    failed = len(traffic.failures)
+    failures = traffic.failures()
+    failed = len(failures)
     print(f"requests answered: {sum(1 for s in samples if s.ok)}; failed: {failed} (target {TARGET_FAILED}: "
-          f"{'OK' if failed <= TARGET_FAILED else 'MISSED'}){'; ' + traffic.failures[0] if failed else ''}")
+          f"{'OK' if failed <= TARGET_FAILED else 'MISSED'}){'; ' + failures[0] if failed else ''}")
     print(f"steady state  : {len(steady):6d} requests  p50 {percentile(steady, 0.5) * 1000:7.2f} ms  "
           f"p99 {percentile(steady, 0.99) * 1000:7.2f} ms")
     print(f"during swaps  : {len(swapping):6d} requests  p50 {percentile(swapping, 0.5) * 1000:7.2f} ms  "

@@ -7,9 +7,7 @@ traffic: the old one keeps serving and the update is recorded as not taken."""
 
 from __future__ import annotations
 
-import http.client
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,64 +26,9 @@ from jobs.registry.service import RegistryService
 from jobs.settings import Settings
 from jobs.store.store import Store
 from tests.support.endpoints import LAUNCHER, completed_lineage
+from tests.support.invocations import QUESTION, Answer, InvocationStream
 
 pytestmark = pytest.mark.timeout(300)
-
-QUESTION = {"inputs": {"question": "What is the city?", "context": "the city is kalo ."}}
-
-
-@dataclass
-class Answer:
-    started: float
-    ended: float
-    status: int
-    config: str
-
-
-class Stream:
-    """Requests one after another on each of `threads` kept-alive connections, until stopped."""
-
-    def __init__(self, port: int, threads: int = 3) -> None:
-        self.port = port
-        self.answers: list[Answer] = []
-        self.errors: list[str] = []
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, daemon=True) for _ in range(threads)]
-
-    def __enter__(self) -> Stream:
-        for thread in self._threads:
-            thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        for thread in self._threads:
-            thread.join(timeout=30)
-
-    def _run(self) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-        body = json.dumps(QUESTION).encode()
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                connection.request("POST", "/invocations", body=body, headers={"Content-Type": "application/json"})
-                response = connection.getresponse()
-                response.read()
-                answer = Answer(started, time.monotonic(), response.status, response.getheader("X-Trainbot-Config", ""))
-            except (OSError, http.client.HTTPException) as exc:
-                with self._lock:
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
-                connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
-                continue
-            with self._lock:
-                self.answers.append(answer)
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.answers)
-
 
 @dataclass
 class Rig:
@@ -140,7 +83,7 @@ def follow_until_over(rig: Rig, revision_id: int) -> RevisionStatus:
     return rig.service.promotions.revisions.get(revision_id).status
 
 
-def more_traffic(stream: Stream, count: int, what: str) -> None:
+def more_traffic(stream: InvocationStream, count: int, what: str) -> None:
     target = stream.count() + count
     wait_for(lambda: stream.count() >= target, 60, what)
 
@@ -153,7 +96,7 @@ def test_a_promotion_and_a_rollback_swap_the_model_without_failing_a_request(rig
     first = rig.service.get(rig.name).serving_config
     asked = rig.service.predict(rig.name, QUESTION["inputs"], actor=LAUNCHER)  # /predict, as before any swap
     assert set(asked) >= {"answer", "score"}
-    with Stream(rig.port) as stream:
+    with InvocationStream(rig.port) as stream:
         wait_for(lambda: stream.count() >= 20, 60, "steady traffic")
         plan = rig.service.promotions.plan("qa-2", rig.name, options={}, actor=LAUNCHER)
         asked = time.monotonic()
@@ -184,7 +127,7 @@ def test_a_promotion_and_a_rollback_swap_the_model_without_failing_a_request(rig
 
 def test_a_model_that_does_not_load_never_takes_traffic(rig: Rig) -> None:
     serving = rig.service.get(rig.name).serving_config
-    with Stream(rig.port, threads=2) as stream:
+    with InvocationStream(rig.port, threads=2) as stream:
         wait_for(lambda: stream.count() >= 10, 60, "steady traffic")
         revision = rig.service.promotions.promote(
             rig.service.promotions.plan("qa-broken", rig.name, options={}, actor=LAUNCHER), actor=LAUNCHER)

@@ -21,6 +21,7 @@ from jobs.rate_limits import (
     wait_for,
 )
 from tests.support.clock import FakeClock
+from tests.support.slack_api import most_in_window
 
 
 def hammer(ledger: MemoryLedger, budgets: list[Budget], clock: FakeClock, seconds: float,
@@ -34,15 +35,6 @@ def hammer(ledger: MemoryLedger, budgets: list[Budget], clock: FakeClock, second
             admitted.append(now)
         clock.advance(step)
     return admitted
-
-
-def most_in_window(times: list[float], window: float) -> int:
-    most, start = 0, 0
-    for end, at in enumerate(times):
-        while times[start] <= at - window:
-            start += 1
-        most = max(most, end - start + 1)
-    return most
 
 
 @pytest.mark.parametrize("rate, window, limit", [

@@ -230,12 +230,7 @@ class SlackApiServer:
         with self._lock:
             times = sorted(c.at for c in self.calls if c.method == method and c.status != 429
                            and (channel is None or c.params.get("channel") == channel))
-        most, start = 0, 0
-        for end, at in enumerate(times):
-            while times[start] <= at - window:
-                start += 1
-            most = max(most, end - start + 1)
-        return most
+        return most_in_window(times, window)
 
     def rate_limited(self) -> list[ApiCall]:
         """The calls answered 429, oldest first."""
@@ -529,3 +524,13 @@ def slack_api() -> Iterator[SlackApiServer]:
         yield server
     finally:
         server.stop()
+
+
+def most_in_window(times: list[float], window: float) -> int:
+    """The most of the sorted ``times`` that fall in any ``window`` seconds."""
+    most, start = 0, 0
+    for end, at in enumerate(times):
+        while times[start] <= at - window:
+            start += 1
+        most = max(most, end - start + 1)
+    return most
