@@ -25,7 +25,7 @@ new attempt and one announcement of each change.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from jobs import lineage as moves
@@ -56,6 +56,7 @@ def watched_key(backend_name: str) -> str:
 
 
 _MAX_LINEAGES = 100_000
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)  # a stand-in time for a summary with none (those sort last)
 
 
 class Watcher:
@@ -159,7 +160,7 @@ class Watcher:
     def _to_describe(
         self, summaries: list[JobSummary] | None, active: dict[str, Attempt]
     ) -> dict[str, JobSummary | None]:
-        chosen: dict[str, JobSummary | None] = {}
+        changed: list[JobSummary] = []
         for summary in summaries or []:
             attempt = active.get(summary.name)
             if attempt is None:
@@ -167,7 +168,11 @@ class Watcher:
             seen = self._seen.get(summary.name)
             if seen is not None and seen == summary.last_modified and attempt.remote_status == summary.status.value:
                 continue
-            chosen[summary.name] = summary
+            changed.append(summary)
+        # Oldest change first: what follows from an ending (a model package's version, an announcement's place
+        # in the channel) keeps the order the jobs ended in, not the listing's newest-first order.
+        changed.sort(key=lambda s: (s.last_modified is None, s.last_modified or _EPOCH, s.name))
+        chosen: dict[str, JobSummary | None] = {summary.name: summary for summary in changed}
         for attempt in active.values():
             if attempt.status is AttemptStatus.LAUNCHING:
                 chosen.setdefault(attempt.job_name, None)

@@ -376,6 +376,20 @@ def test_completed_enqueues_the_final_report_and_curves(world: World) -> None:
     assert png == world.settings.trainbot_home / "plots" / f"{lineage.id}.png"
 
 
+def test_jobs_that_ended_in_one_cycle_are_settled_in_the_order_they_ended(world: World) -> None:
+    # The listing comes newest-first on SageMaker and in launch order here: neither is the order the jobs
+    # ended in, which is what a model package's version and the channel's announcements must follow.
+    first, second, third = (world.launch() for _ in range(3))
+    world.watcher.poll_once()
+    for lineage in (second, third, first):
+        world.move(f"{lineage.id}-1", RemoteStatus.COMPLETED, billable_seconds=60, training_seconds=60)
+    cycle = world.watcher.poll_once()
+    assert cycle.described == [f"{second.id}-1", f"{third.id}-1", f"{first.id}-1"]
+    # Each ending is recorded as its job is handled (at the same instant on this fake clock; the end-to-end
+    # registry test, tests/bot/test_cli_promote.py, sees the versions follow on a real one).
+    assert all(world.store.get_lineage(ln.id).status is LineageStatus.COMPLETED for ln in (first, second, third))
+
+
 # -- lost launches and crashes ----------------------------------------------------------------------------
 
 
