@@ -113,8 +113,9 @@ def drive(world: World, events: list[tuple[float, str, str]], minutes: int, as_o
         if not injected and elapsed >= 300:  # another app spent the workspace's chat.update budget
             world.slack.rate_limit("chat.update", times=1, retry_after=20)
             injected = True
-        if elapsed >= next_watch:
+        if elapsed >= next_watch:  # the bot's watch cycle: the watcher, then the steps after each ending
             world.watcher.poll_once()
+            world.endings.process_due()
             next_watch += world.services.settings.trainbot_poll_seconds
         if elapsed >= next_progress:
             publish_progress(world, int(elapsed // 60))

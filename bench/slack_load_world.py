@@ -94,6 +94,7 @@ class World:
     services: Any
     chat: Any
     watcher: Any
+    endings: Any  # the steps after each ending: the report is built and posted from here
     tracker: Any
     names: list[str]  # job names, by lineage index
     channel_of: dict[str, str]  # lineage -> channel
@@ -106,13 +107,13 @@ def arrange(jobs: int, home: Path, *, paced: bool) -> World:
 
     from bot.slack_chat import SlackChat, make_web_client
     from bot.slack_governor import SlackGovernor
+    from bot.wiring import build_endings, build_watcher
     from handlers.context import Services
     from jobs import lineage as moves
     from jobs.backends.aws_session import make_boto_session
     from jobs.backends.sagemaker.training_jobs import SageMakerBackend
     from jobs.lifecycle.progress import ProgressTracker
     from jobs.lifecycle.service import JobService
-    from jobs.lifecycle.watcher import Watcher
     from jobs.planning.forecast import forecast
     from jobs.planning.grammar import parse_command
     from jobs.planning.plan import checkpoint_uri
@@ -159,9 +160,10 @@ def arrange(jobs: int, home: Path, *, paced: bool) -> World:
         runs.record_launch(lineage_id, "sagemaker", spec, planned)
         names.append(name)
         channel_of[lineage_id] = f"C{index % CHANNELS:02d}"
-    watcher = Watcher(store, backend, clock, settings)
+    watcher = build_watcher(store, backend, clock, settings)  # as the bot wires them
+    endings = build_endings(store, backend, clock, settings)
     tracker = ProgressTracker(store, backend, clock, settings)
-    return World(clock, slack, store, services, chat, watcher, tracker, names, channel_of)
+    return World(clock, slack, store, services, chat, watcher, endings, tracker, names, channel_of)
 
 
 def publish_progress(world: World, minute: int) -> None:
