@@ -91,7 +91,8 @@ class JobService:
     def check(self, text: str) -> JobSpec:
         """Everything about ``text`` that needs no network (the grammar, recipes, the code allowlist, local
         paths): what a schedule is checked with when it is added, as its git REF is resolved at each run."""
-        spec = self._reader.check(text)
+        # The parse is the one the card's plan reads next (remembered): the ack parses a /train once.
+        spec = self._reader.allowed(self.parse(text))
         check_local_paths(spec, self._settings, backend=self._backend.name)
         return spec
 

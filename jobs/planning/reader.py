@@ -53,7 +53,10 @@ class CommandReader:
 
     def check(self, text: str) -> JobSpec:
         """The grammar, the recipes and the allowlist, with no git: own code's REF stays as typed."""
-        spec = self.parse(text)
+        return self.allowed(self.parse(text))
+
+    def allowed(self, spec: JobSpec) -> JobSpec:
+        """``spec`` (a parsed one) when its own code, if any, is allowed and may run here."""
         if spec.code is not None:
             self._check_code(spec.code)
         return spec
