@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from jobs.planning import own_code
+from jobs.planning.batch import ACCUMULATION, PER_DEVICE
+from jobs.planning.fallbacks import adjustable
 from jobs.planning.forecast import Forecast, about_duration, summary
 from jobs.planning.instances import instance_info
 from jobs.planning.plan import DISTRIBUTION_LABELS, LaunchPlan, code_label, own_checkpoint_minutes
@@ -27,7 +29,7 @@ def render_plan_text(plan: LaunchPlan) -> str:
         *own_code_lines(spec),
         *channel_lines(plan.inputs),
         "Hyperparameters: " + " ".join(f"{k}={v}" for k, v in est["hyperparameters"].items()),
-        f"Batch: {plan.approved_batch.words()}",
+        batch_line(plan),
         _spot_line(spec),
         *(plan.fallbacks.lines() if plan.fallbacks is not None else []),
         f"Checkpoints: {est['checkpoint_s3_uri']}",
@@ -60,13 +62,26 @@ def channel_lines(inputs: dict[str, str] | None) -> list[str]:
     return ["Channels: " + ", ".join(f"{name} {uri}" for name, uri in inputs.items())]
 
 
+def batch_line(plan: LaunchPlan) -> str:
+    """``Batch: global batch 64 (...)``; a team's script given neither batch setting keeps its own batch,
+    which the bot cannot read (a relaunch then moves only to types with the planned GPU count)."""
+    if plan.spec.own_code and not adjustable(plan.spec):
+        return (f"Batch: the script's own (it is given neither {PER_DEVICE} nor {ACCUMULATION}); relaunches stay "
+                f"on {plan.approved_batch.accelerators} GPU{'s' if plan.approved_batch.accelerators != 1 else ''} "
+                "an instance, so it stays the same")
+    return f"Batch: {plan.approved_batch.words()}"
+
+
 def forecast_lines(plan: LaunchPlan) -> list[str]:
     """``Forecast: about 28 min, about $24 (physics: ...)`` and, for a scaled-down local run, its own."""
     lines = []
     if plan.forecast is not None:
         lines.append(f"Forecast: {summary(plan.forecast)}{_forecast_detail(plan.forecast)}")
     if plan.run_forecast is not None:
-        lines.append(f"  this backend's run: {summary(plan.run_forecast)} ({plan.run_forecast.basis})")
+        run = plan.run_forecast
+        # Without a figure the summary is the reason itself: said once.
+        basis = "" if run.seconds is None or run.usd is None else f" ({run.basis})"
+        lines.append(f"  this backend's run: {summary(run)}{basis}")
     return lines
 
 

@@ -37,6 +37,16 @@ def test_own_code_needs_no_model_dataset_or_task_and_gets_none_of_the_bots_argum
     assert "the script's own model on the script's own data" in render_plan_text(plan)
 
 
+def test_the_card_never_claims_a_batch_it_cannot_read_from_a_teams_script() -> None:
+    # hp.train_batch_size is the script's own name: the bot cannot know what batch it makes.
+    own = render_plan_text(plan_of(f"{CODE} hp.train_batch_size=16"))
+    assert ("Batch: the script's own (it is given neither per_device_train_batch_size nor "
+            "gradient_accumulation_steps); relaunches stay on 1 GPU an instance, so it stays the same") in own
+    assert "global batch" not in own
+    named = render_plan_text(plan_of(f"{CODE} hp.per_device_train_batch_size=16"))
+    assert "Batch: global batch 16 (per-device 16 x 1 GPU x 1 instance x accumulation 1)" in named
+
+
 def test_the_bots_scripts_still_need_a_model_a_dataset_and_a_task() -> None:
     with pytest.raises(SpecError, match="Say which model to train"):
         parse_command("dataset=squad")
