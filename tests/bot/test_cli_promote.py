@@ -67,9 +67,12 @@ def test_the_registry_and_endpoint_commands_and_their_refusals(moto_aws: MotoAws
     models = cli("models", "--json")
     assert models.returncode == 0, models.stderr
     records = sorted(json.loads(models.stdout), key=lambda r: r["version"])
+    # The worker's moto server is shared: another test may have registered into this group first, so the
+    # versions are SageMaker's next two, in the order the runs ended.
+    v1 = records[0]["version"]
     assert [(r["lineage_id"], r["group"], r["version"], r["approval"]) for r in records] == [
-        (first, "trainbot-question-answering", 1, "PendingManualApproval"),
-        (second, "trainbot-question-answering", 2, "PendingManualApproval")]
+        (first, "trainbot-question-answering", v1, "PendingManualApproval"),
+        (second, "trainbot-question-answering", v1 + 1, "PendingManualApproval")]
     assert records[1]["metrics"] == {"eval_f1": 84.5} and records[1]["arn"].startswith("arn:aws:sagemaker:")
     assert records[1]["image"].startswith("763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-inference")
 
@@ -88,10 +91,10 @@ def test_the_registry_and_endpoint_commands_and_their_refusals(moto_aws: MotoAws
     shown = json.loads(history.stdout)
     assert (shown["endpoint"], shown["lineage_id"], shown["status"]) == ("prod", first, "in_service")
     assert [(r["action"], r["status"], r["package"]) for r in shown["revisions"]] == [
-        ("deploy", "serving", "trainbot-question-answering v1")]
+        ("deploy", "serving", f"trainbot-question-answering v{v1}")]
     listed = cli("models", "trainbot-question-answering")
-    assert listed.returncode == 0 and f"v1 {first}: pending · eval_f1 80; serves prod" in listed.stdout
-    assert f"v2 {second}: pending · eval_f1 84.5; not deployed" in listed.stdout
+    assert listed.returncode == 0 and f"v{v1} {first}: pending · eval_f1 80; serves prod" in listed.stdout
+    assert f"v{v1 + 1} {second}: pending · eval_f1 84.5; not deployed" in listed.stdout
     assert "no model line 'other'" in refused(cli, "models", "other")
     added = cli("schedule", "add", "nightly", "cron=0 2 * * *", "deploy_if_better=yes", "endpoint=prod", "bert-squad")
     assert added.returncode == 0 and added.stdout.startswith("schedule nightly added"), added.stderr
