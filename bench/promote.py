@@ -14,7 +14,6 @@ jobs/backends/local/endpoint_server.py); the requests in flight finish on the ol
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -26,32 +25,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from jobs.backends.local.endpoints import LocalEndpoints  # noqa: E402
 from jobs.backends.local.offline_assets import build_tiny_bert  # noqa: E402
-from jobs.clock import SystemClock  # noqa: E402
 from jobs.endpoints.revisions import RevisionStatus  # noqa: E402
-from jobs.endpoints.service import EndpointService  # noqa: E402
 from jobs.records import Actor  # noqa: E402
-from jobs.registry.service import RegistryService  # noqa: E402
-from jobs.settings import Settings  # noqa: E402
-from jobs.store.store import Store  # noqa: E402
-from tests.support.endpoints import completed_lineage  # noqa: E402
 from tests.support.invocations import InvocationStream  # noqa: E402
+from tests.support.local_promotion import LocalPromotion, local_promotion  # noqa: E402
 
 OWNER = Actor("U_BENCH", channel_id=None, via="cli")
 TARGET_FAILED = 0
-
-
-def wait_over(service: EndpointService, revision_id: int, limit: float = 300.0) -> RevisionStatus:
-    deadline = time.monotonic() + limit
-    while True:
-        service.poll_once()
-        status = service.promotions.revisions.get(revision_id).status
-        if status is not RevisionStatus.UPDATING:
-            return status
-        if time.monotonic() > deadline:
-            raise SystemExit(f"revision {revision_id} did not finish in {limit:.0f} s")
-        time.sleep(0.05)
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -69,43 +50,37 @@ def main() -> None:
         home = Path(tmp)
         for index in (1, 2):
             build_tiny_bert(home / "data" / f"model-{index}", seed=index)
-        clock = SystemClock()
-        store = Store(f"sqlite:///{home / 'trainbot.db'}", clock=clock)
-        store.migrate()
-        settings = Settings(trainbot_home=home, trainbot_backend="local")
-        registry = RegistryService(store=store, remote=None, settings=settings, clock=clock)
-        backend = LocalEndpoints(home, clock)
-        service = EndpointService(store=store, backend=backend, settings=settings, clock=clock, registry=registry)
-        for lineage_id, model in (("bench-a", "model-1"), ("bench-b", "model-2")):
-            completed_lineage(store, lineage_id, backend="local", model_artifacts=str(home / "data" / model),
-                              actor=OWNER)
-        name = service.deploy("bench-a", options={"name": "bench-prod"}, actor=OWNER).name
+        world = local_promotion(home, {"bench-a": home / "data" / "model-1", "bench-b": home / "data" / "model-2"},
+                                actor=OWNER)
+        name = world.service.deploy("bench-a", options={"name": "bench-prod"}, actor=OWNER).name
         try:
-            run(service, home, name, args)
+            run(world, name, args)
         finally:
-            backend.delete(name)
+            world.backend.delete(name)
 
 
-def run(service: EndpointService, home: Path, name: str, args: argparse.Namespace) -> None:
+def run(world: LocalPromotion, name: str, args: argparse.Namespace) -> None:
+    service = world.service
     started = time.monotonic()
     while service.get(name).status.value != "in_service":
         service.poll_once()
         if time.monotonic() - started > 300:
             raise SystemExit("the local endpoint did not come up")
         time.sleep(0.1)
-    port = int(json.loads((home / "local-endpoints" / name / "server.json").read_text())["port"])
+    port = world.port(name)
     print(f"endpoint {name} in service after {time.monotonic() - started:.1f} s; {args.clients} clients")
     with InvocationStream(port, threads=args.clients) as traffic:
         time.sleep(1.0)  # warm-up, not counted
         steady_from = time.monotonic()
         time.sleep(args.steady)
         steady_to = time.monotonic()
-        windows = swap(service, name, args.cycles)
+        windows = swap(world, name, args.cycles)
     report(traffic, steady_from, steady_to, windows)
 
 
-def swap(service: EndpointService, name: str, cycles: int) -> list[tuple[float, float]]:
+def swap(world: LocalPromotion, name: str, cycles: int) -> list[tuple[float, float]]:
     """Promote and roll back ``cycles`` times; each swap's window, from asking to serving."""
+    service = world.service
     windows: list[tuple[float, float]] = []
     for cycle in range(cycles):
         for what in ("promote", "rollback"):
@@ -115,7 +90,7 @@ def swap(service: EndpointService, name: str, cycles: int) -> list[tuple[float, 
                 revision = service.promotions.promote(plan, actor=OWNER)
             else:
                 revision = service.promotions.rollback(name, actor=OWNER, reason=f"bench cycle {cycle + 1}")
-            status = wait_over(service, revision.id)
+            status = world.follow(revision.id, 300.0)
             windows.append((asked, time.monotonic()))
             if status is not RevisionStatus.SERVING:
                 raise SystemExit(f"{what} {cycle + 1} ended {status.value}")

@@ -7,37 +7,37 @@ traffic: the old one keeps serving and the update is recorded as not taken."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
-from jobs.backends.local.endpoints import LocalEndpoints
 from jobs.backends.local.offline_assets import build_tiny_bert
-from jobs.clock import SystemClock
 from jobs.endpoints.revisions import RevisionStatus
 from jobs.endpoints.service import EndpointService
 from jobs.registry.port import Approval
 from jobs.registry.service import RegistryService
-from jobs.settings import Settings
-from jobs.store.store import Store
-from tests.support.endpoints import LAUNCHER, completed_lineage
+from tests.support.endpoints import LAUNCHER
 from tests.support.invocations import QUESTION, Answer, InvocationStream
+from tests.support.local_promotion import LocalPromotion, local_promotion
 
 pytestmark = pytest.mark.timeout(300)
 
 @dataclass
 class Rig:
-    home: Path
-    store: Store
-    service: EndpointService
-    registry: RegistryService
+    world: LocalPromotion
     name: str
     port: int
+
+    @property
+    def service(self) -> EndpointService:
+        return self.world.service
+
+    @property
+    def registry(self) -> RegistryService:
+        return self.world.registry
 
 
 def wait_for(check: Callable[[], bool], seconds: float, what: str) -> None:
@@ -55,32 +55,20 @@ def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
         build_tiny_bert(models / f"model-{index}", seed=index)
     (models / "broken").mkdir()
     (models / "broken" / "config.json").write_text("{not json")
-    clock = SystemClock()
-    store = Store(f"sqlite:///{home / 'trainbot.db'}", clock=clock)
-    store.migrate()
-    settings = Settings(trainbot_home=home, trainbot_backend="local")
-    registry = RegistryService(store=store, remote=None, settings=settings, clock=clock)
-    backend = LocalEndpoints(home, clock)
-    service = EndpointService(store=store, backend=backend, settings=settings, clock=clock, registry=registry)
-    for lineage, folder in (("qa-1", "model-1"), ("qa-2", "model-2"), ("qa-broken", "broken")):
-        completed_lineage(store, lineage, backend="local", model_artifacts=str(models / folder))
+    world = local_promotion(home, {lineage: models / folder for lineage, folder in
+                                   (("qa-1", "model-1"), ("qa-2", "model-2"), ("qa-broken", "broken"))})
+    service = world.service
     name = service.deploy("qa-1", options={"name": "prod-local"}, actor=LAUNCHER).name
     try:
         wait_for(lambda: bool(service.poll_once().ready) or service.get(name).status.value == "in_service", 180,
                  "the local endpoint to load its model")
-        port = int(json.loads((home / "local-endpoints" / name / "server.json").read_text())["port"])
-        yield Rig(home, store, service, registry, name, port)
+        yield Rig(world, name, world.port(name))
     finally:
-        backend.delete(name)
+        world.backend.delete(name)
 
 
 def follow_until_over(rig: Rig, revision_id: int) -> RevisionStatus:
-    def over() -> bool:
-        rig.service.poll_once()
-        return rig.service.promotions.revisions.get(revision_id).status is not RevisionStatus.UPDATING
-
-    wait_for(over, 180, "the update in place")
-    return rig.service.promotions.revisions.get(revision_id).status
+    return rig.world.follow(revision_id, 180)
 
 
 def more_traffic(stream: InvocationStream, count: int, what: str) -> None:
