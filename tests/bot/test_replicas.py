@@ -243,7 +243,13 @@ def test_two_bots_on_one_postgres_act_once_and_carry_on_when_one_is_killed(clust
     set_training_job_state(f"{late}-1", "Stopped", "MaxWaitTimeExceeded")
     _wait(lambda: _relaunch_announced(cluster, late), 60, "the survivor to relaunch it", [survivor])
 
-    # One message per change, whichever bot delivered it.
+    # One message per change, whichever bot delivered it. A run's message is delivered after its run is
+    # recorded (the outbox's own loop): wait for both schedules' messages, then read everything posted.
+    def both_said() -> bool:
+        said = cluster.posts()
+        return any("nightly-a" in text for text in said) and any("nightly-b" in text for text in said)
+
+    _wait(both_said, 60, "both schedules' messages to be delivered", [survivor])
     posts = cluster.posts()
     assert [text for text, n in Counter(posts).items() if n > 1] == []
     assert sum("nightly-a" in text for text in posts) >= 1 and sum("nightly-b" in text for text in posts) >= 1
