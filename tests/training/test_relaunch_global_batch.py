@@ -93,7 +93,7 @@ def test_a_run_relaunched_on_twice_the_processes_sees_the_same_samples_and_ends_
     assert (state.runner, state.processes) == (TOOLKIT, 2)
     assert state.hyperparameters["per_device_train_batch_size"] == 16  # the local run's 32 x 1 = 16 x 2
     for job in ("steady-1", "moved-2"):
-        assert ended(backend, job).status is RemoteStatus.COMPLETED, backend.log_tail(job, 40)
+        assert ended(backend, job).status is RemoteStatus.COMPLETED, "\n".join(backend.log_tail(job, 120))
     assert backend.resumed_from_step("moved-2") == KILLED_AT
 
     uninterrupted = samples_per_step(backend, "steady-1")
