@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,18 +12,12 @@ from pathlib import Path
 from tests.training.conftest import QA_FAST, TRAINING_DIR, script_env
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_torchrun_two_processes_shard_data_and_write_one_model(assets, tmp_path: Path) -> None:
     args = ["--model_name_or_path", str(assets.model_dir), "--output_dir", str(tmp_path / "out"),
             "--checkpoint_dir", str(tmp_path / "ckpt"), *QA_FAST, "--max_train_samples", "200",
             "--max_eval_samples", "40", "--max_steps", "12", "--logging_steps", "4", "--save_steps", "6"]
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(_free_port()), "train_qa.py", *args]
+    # --standalone: the rendezvous binds a free port itself (a port picked here first could be taken meanwhile)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "train_qa.py", *args]
     result = subprocess.run(cmd, cwd=TRAINING_DIR, env=script_env(*assets.channels_for("squad")),
                             capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stderr[-4000:]
