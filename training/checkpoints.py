@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from script_arguments import DEFAULT_CHECKPOINT_DIR, ScriptArguments, UsageError
+from trainbot_rank_agreement import RankAgreement
 
 _CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 #: Beside the checkpoint-N folders (synced with them on SageMaker): {"step": furthest step reached}.
@@ -103,15 +104,14 @@ def make_graceful_stop(transformers_module: Any) -> type:
     class GracefulStop(TrainerCallback):
         """SIGTERM -> save a checkpoint at the next step boundary and stop; the script exits 143.
 
-        Under several processes the flag is agreed on every step (a MAX all-reduce over a gloo group),
-        so all ranks stop, and save, at the same step even when the signal reaches them at different times.
+        Under several processes the flag is agreed on every step (`RankAgreement`), so all ranks stop,
+        and save, at the same step even when the signal reaches them at different times.
         """
 
         def __init__(self) -> None:
             self.requested = False
             self.stopped_at: int | None = None
-            self._group: Any = None
-            self._distributed = False
+            self._agreement = RankAgreement()
             self._step_ended = time.monotonic()
             signal.signal(signal.SIGTERM, self._on_signal)
 
@@ -121,29 +121,7 @@ def make_graceful_stop(transformers_module: Any) -> type:
             self.requested = True
 
         def on_train_begin(self, args, state, control, **kwargs):
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-                self._distributed = True
-                try:
-                    self._group = None if dist.get_backend() == "gloo" else dist.new_group(backend="gloo")
-                except Exception:  # noqa: BLE001 - fall back to the default group
-                    self._group = None
-
-        def _agreed(self) -> bool:
-            if not self._distributed:
-                return self.requested
-            import torch
-            import torch.distributed as dist
-
-            try:
-                flag = torch.tensor([1 if self.requested else 0], dtype=torch.int32)
-                if self._group is None and dist.get_backend() != "gloo":
-                    flag = flag.cuda()
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._group)
-                return bool(flag.item())
-            except Exception:  # noqa: BLE001 - e.g. smdistributed model parallel: decide locally
-                return self.requested
+            self._agreement.join()
 
         def on_save(self, args, state, control, **kwargs):
             if state.is_world_process_zero:
@@ -153,7 +131,7 @@ def make_graceful_stop(transformers_module: Any) -> type:
 
         def on_step_end(self, args, state, control, **kwargs):
             self._step_ended = time.monotonic()
-            if self._agreed():
+            if self._agreement.any_rank(self.requested):
                 self.requested = True
                 self.stopped_at = state.global_step
                 control.should_save = True
@@ -170,19 +148,27 @@ def make_checkpoint_clock(transformers_module: Any) -> type:
     class CheckpointClock(TrainerCallback):
         """Save at least every `minutes` (the step-based saves stay) and at the last step; log at every
         save, so the loss history carried in each checkpoint covers every step trained up to it (a resumed
-        run computes whole-lineage figures from it); record the furthest step reached."""
+        run computes whole-lineage figures from it); record the furthest step reached. Each rank keeps
+        its own clock, so whether the time has come is agreed across ranks (`RankAgreement`)."""
 
         def __init__(self, minutes: float | None, checkpoint_dir: Path) -> None:
             self.seconds = minutes * 60 if minutes and minutes > 0 else None
             self.checkpoint_dir = checkpoint_dir
             self._last_save = time.monotonic()
+            self._agreement = RankAgreement()
 
         def on_train_begin(self, args, state, control, **kwargs):
             self._last_save = time.monotonic()
+            self._agreement.join()
+
+        def _time_is_up(self) -> bool:
+            if self.seconds is None:  # the same on every rank: nothing to agree on
+                return False
+            return self._agreement.any_rank(time.monotonic() - self._last_save >= self.seconds)
 
         def on_step_end(self, args, state, control, **kwargs):
             last = bool(state.max_steps) and state.global_step >= state.max_steps
-            if last or (self.seconds is not None and time.monotonic() - self._last_save >= self.seconds):
+            if self._time_is_up() or last:
                 control.should_save = True  # the last step too: a relaunch after the end skips to it
             if control.should_save:
                 control.should_log = True

@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from trainbot_rank_agreement import RankAgreement, leave_process_group  # shipped beside this file
+
 USER_ENTRY_ENV = "TRAINBOT_USER_ENTRY"
 CHECKPOINT_MINUTES_ENV = "TRAINBOT_CHECKPOINT_MINUTES"
 FURTHEST_FILE = "trainbot-furthest-step.json"
@@ -105,9 +107,11 @@ def make_clock_callback(base: type, minutes: float) -> type:
             self.every_s = minutes * 60.0
             self.last_save = time.monotonic()
             self.last_progress = 0.0
+            self.agreement = RankAgreement()  # each rank has its own clock: they save at the same step
 
         def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
             self.last_save = time.monotonic()
+            self.agreement.join()
             if not state.is_world_process_zero:
                 return control
             folder = Path(args.output_dir)
@@ -123,7 +127,7 @@ def make_clock_callback(base: type, minutes: float) -> type:
 
         def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
             now = time.monotonic()
-            if now - self.last_save >= self.every_s:
+            if self.agreement.any_rank(now - self.last_save >= self.every_s):
                 control.should_save = True
                 self.last_save = now
             if not state.is_world_process_zero:
@@ -180,6 +184,7 @@ def main() -> int:
     except SystemExit as exc:
         if exc.code not in (None, 0):
             raise
+    leave_process_group()
     if is_rank_zero():
         model_dir = Path(os.environ.get("SM_MODEL_DIR", DEFAULT_MODEL_DIR))
         copied = copy_final_model(output_dir(args), model_dir)

@@ -28,6 +28,7 @@ import compat
 import metrics_log
 from batches import SAMPLE_IDS, GlobalOrderSampler, PadCollator
 from script_arguments import ScriptArguments, UsageError
+from trainbot_rank_agreement import leave_process_group
 
 EXIT_OK = 0
 EXIT_OTHER = 1
@@ -257,5 +258,6 @@ def main_guard(run: Callable[[list[str]], int], argv: list[str] | None = None) -
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         code = EXIT_USAGE
+    leave_process_group()
     sys.stdout.flush()
     sys.exit(code)

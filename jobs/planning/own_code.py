@@ -29,6 +29,8 @@ CHECKPOINTS_DIR = "/opt/ml/checkpoints"
 MODEL_DIR = "/opt/ml/model"
 #: The bot's wrapper (in training/) that runs a spot job's own script, then copies the final model.
 SPOT_ENTRY = "trainbot_spot_entry.py"
+#: What a spot job with own code ships beside the team's script: the entry and what it imports.
+SPOT_ENTRY_FILES = (SPOT_ENTRY, "trainbot_rank_agreement.py")
 #: The environment variable that names the user's script for the wrapper.
 USER_ENTRY_ENV = "TRAINBOT_USER_ENTRY"
 #: The environment variable that tells the spot entry how often to save (minutes).

@@ -298,7 +298,7 @@ def code_arguments(spec: JobSpec) -> dict[str, Any]:
             environment[own_code.CHECKPOINT_MINUTES_ENV] = f"{own_checkpoint_minutes(spec):g}"
         arguments["environment"] = environment
         arguments["entry_point"] = own_code.SPOT_ENTRY
-        arguments["dependencies"] = [str(Path(training_source_dir()) / own_code.SPOT_ENTRY)]
+        arguments["dependencies"] = [str(Path(training_source_dir()) / name) for name in own_code.SPOT_ENTRY_FILES]
     return arguments
 
 

@@ -178,7 +178,7 @@ def test_a_spot_job_ships_the_spot_entry_beside_the_script(repo: GitRepo, moto_a
     assert _hp(request, "output_dir") == "/opt/ml/checkpoints"
     assert request["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
     files = _uploaded(moto_aws, request)
-    assert files["run_qa.py"] == b"VERSION = 'v4.28.1'\n" and SPOT_ENTRY in files
+    assert files["run_qa.py"] == b"VERSION = 'v4.28.1'\n" and {SPOT_ENTRY, "trainbot_rank_agreement.py"} <= set(files)
 
 
 def test_an_s3_tarball_is_passed_to_sagemaker_as_it_is(moto_aws: MotoAws, tmp_path: Path) -> None:

@@ -181,7 +181,8 @@ def test_a_spot_job_with_own_code_runs_through_the_spot_entry_and_says_how_to_re
     # The entry runs the script and adds saves on the clock (the spot default, 10 min) to its Trainer.
     assert est["entry_point"] == SPOT_ENTRY
     assert est["environment"] == {"TRAINBOT_USER_ENTRY": "run_qa.py", "TRAINBOT_CHECKPOINT_MINUTES": "10"}
-    assert [Path(p).name for p in est["dependencies"]] == [SPOT_ENTRY] and Path(est["dependencies"][0]).is_file()
+    shipped = [Path(p) for p in est["dependencies"]]
+    assert [p.name for p in shipped] == [SPOT_ENTRY, "trainbot_rank_agreement.py"] and all(p.is_file() for p in shipped)
     assert est["hyperparameters"]["output_dir"] == "/opt/ml/checkpoints"
     assert SPOT_RESUME_NOTE in render_plan_text(plan) and "\n" not in SPOT_RESUME_NOTE
 

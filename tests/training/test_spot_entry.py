@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from jobs.planning.own_code import SPOT_ENTRY_FILES
+
 ENTRY = Path(__file__).resolve().parents[2] / "training" / "trainbot_spot_entry.py"
 
 SCRIPT = '''\
@@ -39,7 +41,8 @@ def code(tmp_path: Path) -> Path:
     (folder / "scripts").mkdir(parents=True)
     (folder / "scripts" / "train.py").write_text(SCRIPT)
     (folder / "scripts" / "helper.py").write_text("CONFIG = '{\"model_type\": \"bert\"}'\n")
-    shutil.copy(ENTRY, folder / ENTRY.name)
+    for name in SPOT_ENTRY_FILES:  # as the plan ships them (`dependencies`)
+        shutil.copy(ENTRY.parent / name, folder / name)
     return folder
 
 
