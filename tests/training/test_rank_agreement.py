@@ -16,8 +16,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.training.conftest import TRAINING_DIR
 
 RANK = '''\
@@ -26,40 +24,39 @@ from pathlib import Path
 from types import SimpleNamespace
 sys.path.insert(0, sys.argv[1])
 import torch.distributed as dist
-rank, store, out, late_rank = int(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), int(sys.argv[5])
+rank, store, out = int(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
 dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-import transformers, checkpoints, trainbot_spot_entry
-clocks = {
-    "bot scripts": checkpoints.make_checkpoint_clock(transformers)(1.0, out),
-    "spot entry": trainbot_spot_entry.make_clock_callback(transformers.TrainerCallback, 1.0)(),
-}
+import transformers, checkpoints, trainbot_spot_entry, trainbot_rank_agreement
 args = SimpleNamespace(output_dir=str(out), logging_steps=50)
 decided = {}
-for name, clock in clocks.items():
-    state = transformers.TrainerState(global_step=7, max_steps=100, is_world_process_zero=rank == 0)
-    control = transformers.TrainerControl()
-    clock.on_train_begin(args, state, control)
-    if rank == late_rank:  # this rank's minute is up, the other's is not
-        for field in ("_last_save", "last_save"):
-            if hasattr(clock, field):
-                setattr(clock, field, time.monotonic() - 120)
-    clock.on_step_end(args, state, control)
-    decided[name] = control.should_save
-import trainbot_rank_agreement
+for late_rank in (0, 1, None):  # whose minute is up: rank 0's, rank 1's, nobody's
+    clocks = {
+        "bot scripts": checkpoints.make_checkpoint_clock(transformers)(1.0, out),
+        "spot entry": trainbot_spot_entry.make_clock_callback(transformers.TrainerCallback, 1.0)(),
+    }
+    for name, clock in clocks.items():
+        state = transformers.TrainerState(global_step=7, max_steps=100, is_world_process_zero=rank == 0)
+        control = transformers.TrainerControl()
+        clock.on_train_begin(args, state, control)
+        if rank == late_rank:
+            for field in ("_last_save", "last_save"):
+                if hasattr(clock, field):
+                    setattr(clock, field, time.monotonic() - 120)
+        clock.on_step_end(args, state, control)
+        decided[f"{name}, late rank {late_rank}"] = control.should_save
 trainbot_rank_agreement.leave_process_group()  # as the scripts do before exit
 decided["still in the group"] = dist.is_initialized()
 print("DECIDED " + json.dumps(decided), flush=True)
 '''
 
 
-def decisions(tmp_path: Path, late_rank: int) -> list[dict[str, bool]]:
+def decisions(tmp_path: Path) -> list[dict[str, bool]]:
     script = tmp_path / "rank.py"
     script.write_text(RANK)
-    store = tmp_path / f"store-{late_rank}"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     ranks = [
-        subprocess.Popen([sys.executable, str(script), str(TRAINING_DIR), str(rank), str(store), str(tmp_path),
-                          str(late_rank)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, str(script), str(TRAINING_DIR), str(rank), str(tmp_path / "store"),
+                          str(tmp_path)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for rank in (0, 1)
     ]
     found = []
@@ -71,10 +68,8 @@ def decisions(tmp_path: Path, late_rank: int) -> list[dict[str, bool]]:
     return found
 
 
-@pytest.mark.parametrize("late_rank", [0, 1])
-def test_a_save_on_the_clock_is_made_by_every_rank_when_one_ranks_clock_is_up(tmp_path: Path, late_rank: int) -> None:
-    assert decisions(tmp_path, late_rank) == [{"bot scripts": True, "spot entry": True, "still in the group": False}] * 2
-
-
-def test_no_rank_saves_while_no_ranks_clock_is_up(tmp_path: Path) -> None:
-    assert decisions(tmp_path, late_rank=-1) == [{"bot scripts": False, "spot entry": False, "still in the group": False}] * 2
+def test_every_rank_saves_when_one_ranks_clock_is_up_and_none_while_nobodys_is(tmp_path: Path) -> None:
+    expected = {"still in the group": False}
+    for name in ("bot scripts", "spot entry"):
+        expected |= {f"{name}, late rank 0": True, f"{name}, late rank 1": True, f"{name}, late rank None": False}
+    assert decisions(tmp_path) == [expected, expected]
