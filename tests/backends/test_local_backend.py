@@ -381,21 +381,28 @@ def test_hyperparameters_are_passed_as_sagemaker_does() -> None:
 
 def test_the_direct_runner_trains_a_local_train_data_folder_on_the_default_offline_setup(home: Path) -> None:
     """Where the toolkit cannot run, the direct runner: same tree, channels, SM_* variables and arguments.
-    The data is the person's own folder (string labels), the model the offline tiny BERT."""
+    The data is the person's own folder (string labels), the model the offline tiny BERT. Two instances, so
+    two processes under torchrun --standalone, inside the sandbox where bwrap works: its rendezvous is
+    advertised under the sandbox's host name, which must resolve there."""
     from jobs.backends.local.offline_assets import write_imdb_jsonl
 
     data = home / "data" / "reviews"
     write_imdb_jsonl(data / "train", 200, seed=11)
     write_imdb_jsonl(data / "test", 50, seed=12)
     runner = RecordingRunner()
-    backend = LocalBackend(home, clock=SystemClock(), runner=runner, offline=True, use_toolkit=False)
-    plan = plan_for(f"task=text-classification model=distilbert-base-uncased train_data={data}", "own1")
-    assert "runner: direct" in (backend.scaling_note(plan) or "")
+    backend = LocalBackend(home, clock=SystemClock(), runner=runner, offline=True, use_toolkit=False,
+                           limits=LocalLimits(max_processes=2))
+    text = f"task=text-classification model=distilbert-base-uncased train_data={data} instance_count=2 distribution=ddp"
+    plan = plan_for(text, "own1")
+    note = backend.scaling_note(plan) or ""
+    assert "runner: direct" in note and "2 processes" in note
     backend.launch("own1-1", plan)
     remote = wait_terminal(backend, "own1-1")
     assert remote.status is RemoteStatus.COMPLETED, remote.failure_reason
     assert "eval_accuracy" in remote.final_metrics
     ((argv, env),) = runner.spawned
+    assert argv[argv.index("--nproc_per_node") + 1] == "2"
+    assert ("bwrap" in Path(argv[4]).name) == (Sandbox().problem() is None)  # sandboxed wherever it can be
     job = home / "local-jobs" / "own1-1"
     assert str(job / "code" / "train_classification.py") in argv[argv.index("--"):]  # unpacked sourcedir
     assert env["SM_CHANNEL_TRAIN"] == str(job / "input/data/train")

@@ -57,6 +57,7 @@ class JobMounts:
     readable: tuple[Path, ...]  # the interpreter environment, the data and model folders it reads
     network: bool  # the host's network (hub downloads); otherwise a network namespace with loopback only
     cwd: Path
+    hosts: Path | None = None  # /etc/hosts inside (`hosts_file`); the host's own when None
 
 
 class Sandbox:
@@ -116,6 +117,8 @@ class Sandbox:
         if not mounts.network:
             args.append("--unshare-net")
         args += _system_mounts()
+        if mounts.hosts is not None:
+            args += ["--ro-bind", str(mounts.hosts), "/etc/hosts"]  # over the host's, bound just before
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/dev/shm"]
         args += ["--ro-bind-try", "/sys/devices/system/cpu", "/sys/devices/system/cpu"]
         for path in _outermost(mounts.readable):
@@ -152,7 +155,20 @@ def job_mounts(
         path.mkdir(parents=True, exist_ok=True)
     writable = (folder.code_dir, folder.model_dir, folder.output_dir.parent, folder.env_dir, folder.scratch_dir,
                 folder.input_data_dir, checkpoints)
-    return JobMounts(folder.path, writable, tuple(readable), network, cwd=folder.code_dir)
+    hosts = hosts_file(folder.path / "sandbox-hosts")
+    return JobMounts(folder.path, writable, tuple(readable), network, cwd=folder.code_dir, hosts=hosts)
+
+
+def hosts_file(path: Path) -> Path:
+    """The job's /etc/hosts: the host's, with the sandbox's own name on loopback. torchrun --standalone
+    advertises its rendezvous under the host name, and gloo binds to what that name resolves to: unresolvable,
+    the workers of a job on several processes wait for the rendezvous until they time out."""
+    try:
+        host = Path("/etc/hosts").read_text(errors="replace")
+    except OSError:
+        host = "127.0.0.1\tlocalhost\n"
+    path.write_text(f"{host.rstrip()}\n127.0.0.1\t{_HOSTNAME}\n")
+    return path
 
 
 def sandbox_environment(env: Mapping[str, str], scratch: Path) -> dict[str, str]:
