@@ -15,7 +15,8 @@ from tests.support.runtimes import image_runtime  # noqa: F401 (the image runtim
 
 #: The files that take longest (`pytest --durations=40`, summed per file), run first: the suite's workers take
 #: whole files (`--dist loadfile`), and one of these started last would keep one worker busy alone at the end.
-#: Only the order changes; a file missing here runs in collection order after these.
+#: Only the order changes; a file missing here runs in collection order after these. The README's command
+#: passes --no-loadscope-reorder: by default xdist hands out files with the most tests first, whatever this says.
 HEAVIEST_FIRST = (
     "tests/bot/test_own_scripts_local_e2e.py",
     "tests/training/test_transformers4.py",
