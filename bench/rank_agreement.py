@@ -22,7 +22,7 @@ from pathlib import Path
 TRAINING = Path(__file__).resolve().parents[1] / "training"
 
 RANK = """
-import json, statistics, sys, time
+import json, sys, time
 sys.path.insert(0, sys.argv[1])
 import torch, torch.distributed as dist
 from trainbot_rank_agreement import RankAgreement, leave_process_group

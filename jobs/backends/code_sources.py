@@ -32,6 +32,7 @@ from jobs.backends.archives import ArchiveLimits, ArchiveRefused, copy_tree, meg
 from jobs.errors import BackendError, SpecError, TrainbotError
 from jobs.file_lock import exclusive_lock
 from jobs.planning.own_code import USER_ENTRY_ENV, display, is_full_commit
+from jobs.planning.plan import shipped_dependencies
 
 logger = logging.getLogger(__name__)
 
@@ -362,7 +363,7 @@ class CodeMaterializer:
         source_dir = str(estimator.get("source_dir", ""))
         entry = str(estimator.get("entry_point", ""))
         env = {str(k): str(v) for k, v in (estimator.get("environment") or {}).items()}
-        extras = [Path(p) for p in estimator.get("dependencies") or []]
+        extras = shipped_dependencies(estimator)
         git_config = estimator.get("git_config")
         if isinstance(git_config, dict):
             commit = git_config.get("commit")

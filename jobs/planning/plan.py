@@ -298,8 +298,23 @@ def code_arguments(spec: JobSpec) -> dict[str, Any]:
             environment[own_code.CHECKPOINT_MINUTES_ENV] = f"{own_checkpoint_minutes(spec):g}"
         arguments["environment"] = environment
         arguments["entry_point"] = own_code.SPOT_ENTRY
-        arguments["dependencies"] = [str(Path(training_source_dir()) / name) for name in own_code.SPOT_ENTRY_FILES]
+        arguments["dependencies"] = _spot_entry_files()
     return arguments
+
+
+def _spot_entry_files() -> list[str]:
+    return [str(Path(training_source_dir()) / name) for name in own_code.SPOT_ENTRY_FILES]
+
+
+def shipped_dependencies(estimator: dict[str, Any]) -> list[Path]:
+    """The files shipped beside the code (the SDK's ``dependencies``), the spot entry's taken from this
+    install rather than the plan: a plan made by an earlier version (relaunched, or retried after a restart)
+    names the entry alone, or where the bot was installed then, and today's entry imports its sibling."""
+    named = [Path(p) for p in estimator.get("dependencies") or []]
+    if estimator.get("entry_point") != own_code.SPOT_ENTRY:
+        return named
+    others = [p for p in named if p.name not in own_code.SPOT_ENTRY_FILES]
+    return [*map(Path, _spot_entry_files()), *others]
 
 
 #: Disk for a job whose preset does not size it: SageMaker's default, enough for the models trainbot knows.

@@ -181,6 +181,21 @@ def test_a_spot_job_ships_the_spot_entry_beside_the_script(repo: GitRepo, moto_a
     assert files["run_qa.py"] == b"VERSION = 'v4.28.1'\n" and {SPOT_ENTRY, "trainbot_rank_agreement.py"} <= set(files)
 
 
+def test_a_plan_from_an_earlier_version_ships_todays_spot_entry_files(
+    repo: GitRepo, moto_aws: MotoAws, tmp_path: Path
+) -> None:
+    """A lineage planned before the entry imported its sibling (or by a bot installed elsewhere) relaunches:
+    the entry's files come from this install, not from the paths the stored plan names."""
+    home = tmp_path / "home"
+    launched = plan(repo, home, f"distilbert-spot code=git+{{url}}@v4.28.1 entry={QA_DIR}/run_qa.py", "oldplan")
+    launched.estimator["dependencies"] = [f"/gone/install/training/{SPOT_ENTRY}"]
+    recorder = CallRecorder()
+    sagemaker_backend(moto_aws, moto_aws.boto_session(recorders=[recorder]), code_home=home).launch("oldplan-2", launched)
+    files = _uploaded(moto_aws, recorder.by_name("oldplan-2"))
+    assert {SPOT_ENTRY, "trainbot_rank_agreement.py"} <= set(files)
+    assert files[SPOT_ENTRY] == (Path(__file__).resolve().parents[2] / "training" / SPOT_ENTRY).read_bytes()
+
+
 def test_an_s3_tarball_is_passed_to_sagemaker_as_it_is(moto_aws: MotoAws, tmp_path: Path) -> None:
     uri = f"s3://{moto_aws.bucket}/code/team.tar.gz"
     spec = CommandReader.of(max_instances=16, code_sources=(f"s3://{moto_aws.bucket}/code/",)).read(
