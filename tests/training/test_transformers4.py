@@ -119,8 +119,8 @@ def toolkit_job(root: Path, name: str, assets: Path, checkpoints: Path, processe
     return folder
 
 
-def start_train(python: Path, folder: JobFolder, processes: int = 1, **extra: str) -> subprocess.Popen[bytes]:
-    env = local_container.toolkit_environment(base_environment(str(python)), folder, processes=processes)
+def start_train(python: Path, folder: JobFolder, **extra: str) -> subprocess.Popen[bytes]:
+    env = local_container.toolkit_environment(base_environment(str(python)), folder, threads=1)
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1", **extra)
     with folder.log_path.open("ab") as log:
         return subprocess.Popen([str(python.parent / "train")], env=env, cwd=folder.path, stdout=log,
@@ -243,7 +243,7 @@ def test_a_resume_on_twice_the_processes_trains_the_same_samples_on_transformers
         if int(later.name.split("-")[1]) > 20:
             shutil.rmtree(later)
     second = toolkit_job(tmp_path, "moved-2", assets4, checkpoints, processes=2, per_device_train_batch_size=16, **hps)
-    resumed = start_train(python4, second, processes=2, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
+    resumed = start_train(python4, second, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD="1")
     assert uninterrupted.wait(timeout=600) == 0, steady.log_path.read_text()[-3000:]
     assert resumed.wait(timeout=600) == 0, second.log_path.read_text()[-3000:]
     assert "resuming from" in second.log_path.read_text()

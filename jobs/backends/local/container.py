@@ -161,9 +161,9 @@ def toolkit_command(python: str, folder: JobFolder) -> list[str]:
     return [python, str(WRAPPER), str(folder.exit_path), "--", str(Path(python).parent / "train")]
 
 
-def toolkit_environment(base: dict[str, str], folder: JobFolder, *, processes: int) -> dict[str, str]:
-    """What the image sets before `train`, pointed at this job's tree."""
-    cpus = os.cpu_count() or 1
+def toolkit_environment(base: dict[str, str], folder: JobFolder, *, threads: int) -> dict[str, str]:
+    """What the image sets before `train`, pointed at this job's tree; `threads` per process
+    (scaling.threads_per_process)."""
     env = dict(base)
     env.update(
         SAGEMAKER_BASE_DIR=str(folder.path),
@@ -172,7 +172,7 @@ def toolkit_environment(base: dict[str, str], folder: JobFolder, *, processes: i
         TRAINING_JOB_NAME=folder.name,
         PYTHONUNBUFFERED="1",
         TOKENIZERS_PARALLELISM="false",
-        OMP_NUM_THREADS=str(max(1, cpus // processes)),
+        OMP_NUM_THREADS=str(threads),
         # torchrun's rendezvous port: a free one per job, or two local jobs would meet on 29500.
         PET_MASTER_PORT=str(_free_port()),
     )
@@ -192,9 +192,10 @@ def direct_environment(
     hyperparameters: Mapping[str, Any],
     channels: Mapping[str, Path],
     entry_point: str,
-    processes: int,
+    threads: int,
 ) -> dict[str, str]:
-    """SageMaker's training-toolkit variables for one host (`algo-1`), set by hand."""
+    """SageMaker's training-toolkit variables for one host (`algo-1`), set by hand; `threads` per process
+    (scaling.threads_per_process)."""
     cpus = os.cpu_count() or 1
     channel_dirs = {name: str(folder.input_data_dir / name) for name in channels}
     hps = dict(hyperparameters)
@@ -231,8 +232,7 @@ def direct_environment(
             "TRAINING_JOB_NAME": folder.name,
             "PYTHONUNBUFFERED": "1",
             "TOKENIZERS_PARALLELISM": "false",
-            # One BLAS thread pool per process, or N processes fight over the same cores.
-            "OMP_NUM_THREADS": str(max(1, cpus // processes)),
+            "OMP_NUM_THREADS": str(threads),
         }
     )
     env.update({f"SM_CHANNEL_{name.upper()}": path for name, path in channel_dirs.items()})

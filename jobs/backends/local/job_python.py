@@ -70,10 +70,11 @@ class JobPython:
 
     def command(
         self, kind: str, folder: JobFolder, run: LocalRun, hps: dict[str, Any], channels: dict[str, Path], entry: str,
-        *, python: str | None = None,
+        *, threads: int, python: str | None = None,
     ) -> tuple[list[str], dict[str, str]]:
         """(argv, environment) of the job on ``python`` (the job's own environment layered on this interpreter,
-        interpreter.py; this interpreter itself when None): allowlisted variables only, never the bot's own."""
+        interpreter.py; this interpreter itself when None), ``threads`` per process: allowlisted variables only,
+        never the bot's own."""
         python = python or self.python
         base = base_environment(python)
         if self.runtime is not None:
@@ -81,10 +82,10 @@ class JobPython:
         if run.offline:
             base.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
         if kind == local_container.TOOLKIT:
-            env = local_container.toolkit_environment(base, folder, processes=run.processes)
+            env = local_container.toolkit_environment(base, folder, threads=threads)
             return local_container.toolkit_command(python, folder), env
         env = local_container.direct_environment(
-            base, folder, hyperparameters=hps, channels=channels, entry_point=entry, processes=run.processes
+            base, folder, hyperparameters=hps, channels=channels, entry_point=entry, threads=threads
         )
         argv = local_container.direct_command(python, folder, entry, script_arguments(hps), run.processes)
         return argv, env

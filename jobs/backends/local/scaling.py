@@ -65,6 +65,21 @@ class LocalLimits:
     # it stays at chance on 200 examples); on the CPU a batch of 32 tiny examples costs milliseconds.
     tiny_model_batch_size: int = 32
     max_processes: int = field(default_factory=lambda: max(2, os.cpu_count() or 1))
+    cpus: int = field(default_factory=lambda: os.cpu_count() or 1)  # the cores all local jobs share
+
+
+
+def threads_per_process(limits: LocalLimits, processes: int, busy: int, host_cap: str | None) -> int:
+    """The BLAS/OpenMP threads each of a new job's `processes` gets: the cores shared among them and the
+    `busy` processes of local jobs already running, never above an operator's OMP_NUM_THREADS (`host_cap`).
+    More thread pools than cores spin against each other: three jobs of two threads each on two cores
+    trained 8x slower in all than three sharing them (bench/local_threads.py)."""
+    threads = max(1, limits.cpus // max(1, processes + busy))
+    try:
+        cap = int(host_cap or "")
+    except ValueError:
+        return threads
+    return min(threads, cap) if cap > 0 else threads
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ this machine, in `local_scaling`; process handling, in `local_runner`.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import sys
@@ -42,6 +43,7 @@ from jobs.backends.local.scaling import (
     is_offline,
     local_forecast_target,
     scale_plan,
+    threads_per_process,
 )
 from jobs.backends.local.state import JobFolder, JobState
 from jobs.clock import Clock
@@ -288,7 +290,9 @@ class LocalBackend:
         # requirements.txt installs there, never into the interpreter's.
         interpreter = Interpreter.of(job_python.python)
         python = str(layered_environment(interpreter, folder.env_dir))
-        argv, env = job_python.command(kind, folder, run, hps, channels, entry, python=python)
+        threads = threads_per_process(self._limits, run.processes, self._running_processes(), os.environ.get(
+            "OMP_NUM_THREADS"))
+        argv, env = job_python.command(kind, folder, run, hps, channels, entry, threads=threads, python=python)
         env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
         if isolated:
             data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots]
@@ -297,7 +301,20 @@ class LocalBackend:
             argv, env = self._sandbox.command(argv, mounts), sandbox_environment(env, folder.scratch_dir)
         state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
         folder.save(state)
-        logger.info("launched local job %s (pid %s): %s", folder.name, state.pid, state.note)
+        logger.info("launched local job %s (pid %s, %d threads a process): %s", folder.name, state.pid, threads,
+                    state.note)
+
+    def _running_processes(self) -> int:
+        """The training processes of the local jobs running now (their cores are taken)."""
+        busy = 0
+        for other in self._folders():
+            try:
+                state = other.load()
+            except (OSError, ValueError, TypeError):
+                continue  # a record being written or from elsewhere: not worth refusing a launch over
+            if state.status == "InProgress" and state.pid is not None and self._runner.is_alive(state.pid):
+                busy += state.processes
+        return busy
 
     def _runner_kind(self, python: str) -> str:
         if self._use_toolkit is None:
