@@ -62,6 +62,10 @@ def _offline_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf_home"))
     os.environ["MPLBACKEND"] = "Agg"
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    # The workers' local jobs run at once in separate homes, so none sees the others' cores taken: one
+    # thread each (the cap local jobs take from the operator), or their pools spin against each other and
+    # a job trains at a fiftieth of its speed (bench/local_threads.py).
+    os.environ["OMP_NUM_THREADS"] = "1"
     for name in _LEAKY_VARIABLES:
         os.environ.pop(name, None)
     yield
