@@ -55,15 +55,17 @@ class RankAgreement:
             return flag
 
 
-def leave_process_group() -> None:
-    """Leave torch.distributed before the interpreter exits. A group left to the shutdown can abort a rank
-    after training succeeded (gloo: "terminate called without an active exception", SIGABRT), and torchrun
-    then fails the whole job."""
+def leave_process_group() -> bool:
+    """Leave torch.distributed before the interpreter exits; True when there was a group to leave. A group
+    left to the shutdown can abort a rank after training succeeded (gloo: "terminate called without an
+    active exception", SIGABRT), and torchrun then fails the whole job."""
     dist = sys.modules.get("torch.distributed")
     if dist is None:  # the run never imported torch: nothing to leave
-        return
+        return False
     try:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()
+            return True
     except Exception:  # noqa: BLE001 - leaving is best effort: the exit code is already decided
-        pass
+        return True
+    return False

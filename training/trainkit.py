@@ -15,6 +15,7 @@ never delivers the SIGTERM; a resumed run says how many steps it redoes and repo
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import sys
@@ -258,6 +259,14 @@ def main_guard(run: Callable[[list[str]], int], argv: list[str] | None = None) -
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         code = EXIT_USAGE
-    leave_process_group()
+    distributed = leave_process_group()
     sys.stdout.flush()
+    sys.stderr.flush()
+    if distributed:
+        # The rendezvous store torchrun's env:// made outlives the group, and its thread can still abort the
+        # rank in the interpreter's teardown (seen in CI after the group was left). The run is complete and
+        # its output flushed: leave without the teardown. Only the bot's own scripts do this; a team's script
+        # (the spot entry) keeps its atexit handlers.
+        logging.shutdown()
+        os._exit(code)
     sys.exit(code)
