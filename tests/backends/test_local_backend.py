@@ -286,6 +286,8 @@ def test_a_job_past_max_run_is_stopped_on_the_injected_clock(home: Path) -> None
     # fake clock passes max_run, and this test is about the stop, not about training.
     backend = LocalBackend(home, clock=clock, offline=True, limits=LocalLimits(max_steps=100_000))
     backend.launch("slow1-1", plan_for("distilbert-spot max_run=1000 max_steps=100000", "slow1"))
+    # Training first: a SIGTERM while the process is still starting ends it before it can save or say so.
+    wait_for(lambda: backend.describe("slow1-1").secondary_status == "Training", "slow1-1 to train")
     clock.advance(999)
     assert backend.describe("slow1-1").status is RemoteStatus.IN_PROGRESS
     clock.advance(2)  # past max_run: the next look sends SIGTERM, as SageMaker stops such a job
