@@ -264,7 +264,7 @@ def main_guard(run: Callable[[list[str]], int], argv: list[str] | None = None) -
     sys.stderr.flush()
     if distributed:
         # The rendezvous store torchrun's env:// made outlives the group, and its thread can still abort the
-        # rank in the interpreter's teardown (seen in CI after the group was left). The run is complete and
+        # rank in the interpreter's teardown (seen in a CI rehearsal after the group was left). The run is complete and
         # its output flushed: leave without the teardown. Only the bot's own scripts do this; a team's script
         # (the spot entry) keeps its atexit handlers.
         logging.shutdown()

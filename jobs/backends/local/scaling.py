@@ -68,7 +68,6 @@ class LocalLimits:
     cpus: int = field(default_factory=lambda: os.cpu_count() or 1)  # the cores all local jobs share
 
 
-
 def threads_per_process(limits: LocalLimits, processes: int, busy: int, host_cap: str | None) -> int:
     """The BLAS/OpenMP threads each of a new job's `processes` gets: the cores shared among them and the
     `busy` processes of local jobs already running, never above an operator's OMP_NUM_THREADS (`host_cap`).

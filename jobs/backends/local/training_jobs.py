@@ -311,7 +311,7 @@ class LocalBackend:
             try:
                 state = other.load()
             except (OSError, ValueError, TypeError):
-                continue  # a record being written or from elsewhere: not worth refusing a launch over
+                continue  # an unreadable record: not worth refusing a launch over
             if state.status == "InProgress" and state.pid is not None and self._runner.is_alive(state.pid):
                 busy += state.processes
         return busy
