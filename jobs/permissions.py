@@ -6,8 +6,10 @@ button and modal against check_can_use and audits refusals; the services check a
 - TRAINBOT_ADMINS: user or user-group IDs; admins pass every rule.
 An empty list means everyone of the bot's own organization. A person from another organization (a Slack
 Connect channel shares the bot's cards with them) is let in only where TRAINBOT_ALLOWED_USERS or
-TRAINBOT_ADMINS names their own ID. Only the launcher or an admin may manage (stop, deploy) a lineage; only an
-endpoint's owner (who deployed it) or an admin may promote into it or roll it back.
+TRAINBOT_ADMINS names their own ID. Only the launcher or an admin may manage a lineage: stop it, put its model
+into any endpoint (a deploy, or a promotion into an endpoint of their own), and change its model package's
+approval. Only an endpoint's owner (who deployed it) or an admin may promote into it or roll it back; an
+owner's rollback changes the endpoint, never the approval of another person's package.
 """
 
 from __future__ import annotations
@@ -75,9 +77,14 @@ class AccessPolicy:
                 f"({self._admin_names()}) to add this one."
             )
 
+    def may_manage(self, actor: Actor, lineage: Lineage) -> bool:
+        """Whether the actor launched the lineage or is an admin: who may stop it, serve its model anywhere,
+        and approve or reject its model package."""
+        return actor.user_id == lineage.launched_by or self.is_admin(actor)
+
     def check_can_manage(self, actor: Actor, lineage: Lineage, *, verb: str = "stop or deploy") -> None:
         """PermissionDenied unless the actor launched the lineage or is an admin."""
-        if actor.user_id == lineage.launched_by or self.is_admin(actor):
+        if self.may_manage(actor, lineage):
             return
         log.info("refused %s managing %s (launched by %s)", actor.user_id, lineage.id, lineage.launched_by)
         raise PermissionDenied(
