@@ -9,7 +9,9 @@ Connect channel shares the bot's cards with them) is let in only where TRAINBOT_
 TRAINBOT_ADMINS names their own ID. Only the launcher or an admin may manage a lineage: stop it, put its model
 into any endpoint (a deploy, or a promotion into an endpoint of their own), and change its model package's
 approval. Only an endpoint's owner (who deployed it) or an admin may promote into it or roll it back; an
-owner's rollback changes the endpoint, never the approval of another person's package.
+owner's rollback changes the endpoint, never the approval of another person's package. A job's log and
+failure lines are for its launcher, an admin, and whoever asks from the job's own channel (its thread, which
+shows its failure and log tail, is there already).
 """
 
 from __future__ import annotations
@@ -92,6 +94,23 @@ class AccessPolicy:
             f"({self._admin_names()}) may {verb} it; ask one of them."
         )
 
+    def may_read_logs(self, actor: Actor, lineage: Lineage) -> bool:
+        """Whether the actor may see the lineage's log and failure lines: its launcher, an admin, or a person
+        asking from the lineage's own channel."""
+        in_its_channel = actor.channel_id is not None and actor.channel_id == lineage.channel
+        return in_its_channel or self.may_manage(actor, lineage)
+
+    def check_can_read_logs(self, actor: Actor, lineage: Lineage) -> None:
+        """PermissionDenied unless ``may_read_logs``."""
+        if self.may_read_logs(actor, lineage):
+            return
+        log.info("refused %s the logs of %s (launched by %s)", actor.user_id, lineage.id, lineage.launched_by)
+        raise PermissionDenied(logs_refused(lineage, self._admin_names()))
+
+    def logs_withheld(self, lineage: Lineage) -> str:
+        """The sentence shown where the failure lines of a job the reader may not see are left out."""
+        return logs_refused(lineage, self._admin_names())
+
     def check_owns_endpoint(self, actor: Actor, endpoint: str, owner: str, *, verb: str) -> None:
         """PermissionDenied unless the actor deployed the endpoint (its owner) or is an admin."""
         if actor.user_id == owner or self.is_admin(actor):
@@ -113,6 +132,12 @@ class AccessPolicy:
         return (
             f"TRAINBOT_ADMINS: {_listed(self.admins)}" if self.admins else "none are set in TRAINBOT_ADMINS"
         )
+
+
+def logs_refused(lineage: Lineage, admins: str) -> str:
+    where = f", anyone in its channel ({lineage.channel})" if lineage.channel else ""
+    return (f"The log and failure lines of {lineage.id} are shown only to the person who launched it "
+            f"({lineage.launched_by}){where} or an admin ({admins}); ask one of them.")
 
 
 def _matches(actor: Actor, ids: frozenset[str]) -> bool:
