@@ -34,6 +34,7 @@ from jobs.reporting.logs import (
     check_readable,
     read_job_logs,
 )
+from jobs.store.rate_ledger import StoreRateLedger
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +75,6 @@ def _logs(ctx: CommandContext, ref: str, lines: int) -> Reply:
 
 def _take_turn(services: Services, user: str) -> None:
     """LimitReached when ``user`` asked for logs more often than TRAINBOT_MAX_LOGS_PER_MINUTE."""
-    from jobs.store.rate_ledger import StoreRateLedger
-
     per_minute = services.settings.trainbot_max_logs_per_minute
     budget = Budget(f"logs:{user}", Rate(per_minute=per_minute, burst=LOGS_BURST))
     wait = StoreRateLedger(services.store.engine).take([budget], Priority.INTERACTIVE,
