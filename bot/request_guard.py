@@ -244,11 +244,9 @@ class RequestGuard:
 
 
 class _Connections:
-    """The open connections of one server, oldest first, and which have no request under way."""
+    """How many connections one server has open, and those with no request under way, oldest first."""
 
-    def __init__(self, limits: RequestLimits, throttle: ThrottledLog) -> None:
-        self.limits = limits
-        self.throttle = throttle
+    def __init__(self) -> None:
         self.idle: OrderedDict[int, H11Protocol] = OrderedDict()
         self.count = 0
 
@@ -256,7 +254,7 @@ class _Connections:
 def connection_guard(limits: RequestLimits, throttle: ThrottledLog) -> type[H11Protocol]:
     """uvicorn's h11 protocol with a deadline on each request's headers and a cap on open connections (see
     the module's docstring); one class per server, sharing its connections' registry."""
-    connections = _Connections(limits, throttle)
+    connections = _Connections()
 
     class GuardedH11Protocol(H11Protocol):
         _header_timer: asyncio.TimerHandle | None = None
@@ -276,14 +274,17 @@ def connection_guard(limits: RequestLimits, throttle: ThrottledLog) -> type[H11P
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
-            if self.cycle is not None and not self.cycle.response_complete:
-                connections.idle.pop(id(self), None)  # a request under way: the body's own deadline rules
+            if self._under_way():
+                connections.idle.pop(id(self), None)  # the body's own deadline rules from here
                 self._cancel_timer()
 
         def on_response_complete(self) -> None:
-            super().on_response_complete()
-            if not self.transport.is_closing():
+            super().on_response_complete()  # may start a pipelined request at once
+            if not self.transport.is_closing() and not self._under_way():
                 self._waiting()
+
+        def _under_way(self) -> bool:
+            return self.cycle is not None and not self.cycle.response_complete
 
         def _waiting(self) -> None:
             """No request under way: its headers are due within the deadline."""
@@ -293,7 +294,7 @@ def connection_guard(limits: RequestLimits, throttle: ThrottledLog) -> type[H11P
             self._header_timer = self.loop.call_later(limits.header_seconds, self._headers_late)
 
         def _headers_late(self) -> None:
-            if id(self) in connections.idle and not self.transport.is_closing():
+            if id(self) in connections.idle and not self._under_way() and not self.transport.is_closing():
                 throttle.info("headers", "closed a connection whose request headers took over %g s",
                               limits.header_seconds)
                 self.transport.close()
