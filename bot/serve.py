@@ -3,8 +3,10 @@
 Socket Mode (SLACK_APP_TOKEN) by default: no public URL. `--http`: an ASGI app served by uvicorn, requests
 at /slack/events and GET /healthz. Every request is verified before its body is parsed (bot/slack_requests.py):
 a missing, wrong or stale signature is 401 whatever the body (Slack's unsigned ssl_check probe alone gets an
-empty 200, and nothing is acted on); a verified request that is not one Slack sends is 400; each with one log
-line, never a traceback. SIGTERM stops the server, then the background
+empty 200, and nothing is acted on); a verified request that is not one Slack sends is 400; never a
+traceback. What a request may cost before it is verified (its headers checked before its body, the body's
+deadline and slot, the connections' deadline and cap, a log line per kind of refusal per minute) is
+bot/request_guard.py's. SIGTERM stops the server, then the background
 work (runtime.shutdown()).
 """
 
@@ -27,6 +29,7 @@ from slack_bolt.adapter.socket_mode import SocketModeHandler
 from slack_sdk import WebClient
 
 from bot import slack_requests
+from bot.request_guard import Refusal, RequestGuard, RequestLimits, server_options
 from bot.slack_app import create_app
 from bot.slack_chat import SlackChat, make_web_client
 from bot.slack_governor import GovernedWebClient, SlackGovernor
@@ -76,9 +79,12 @@ class SlackHttpApp:
     blocks); GET /healthz."""
 
     def __init__(self, app: App, *, signing_secret: str, path: str = EVENTS_PATH, workers: int = DISPATCH_WORKERS,
-                 now: Callable[[], float] = time.time, health: Callable[[], bool] | None = None) -> None:
+                 now: Callable[[], float] = time.time, health: Callable[[], bool] | None = None,
+                 limits: RequestLimits | None = None) -> None:
         self._app = app
         self._verifier = slack_requests.make_verifier(signing_secret, now)
+        self.limits = limits or RequestLimits()
+        self._guard = RequestGuard(self.limits, now=now)
         self._path = path
         self._health = HealthApp(health)
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="slack-http")
@@ -100,14 +106,16 @@ class SlackHttpApp:
 
     async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = _headers(scope)
-        body, reason = await self._verified_body(headers, receive)
-        if reason is not None:
-            if slack_requests.is_ssl_check(headers, body):
+        body, refusal = await self._verified_body(headers, receive)
+        if refusal is not None:
+            if refusal.status == 401 and slack_requests.is_ssl_check(headers, body):
                 log.info("answered Slack's ssl_check")
                 await _respond(send, 200, "")
                 return
-            log.info("refused an unverified Slack request: %s", reason)
-            await _respond(send, 401, "invalid request")
+            self._guard.log.info(refusal.reason, "refused an unverified Slack request (%d): %s", refusal.status,
+                                 refusal.reason)
+            if refusal.status:
+                await _respond(send, refusal.status, "invalid request", close=True)
             return
         assert body is not None
         try:
@@ -115,7 +123,7 @@ class SlackHttpApp:
             request = _bolt_request(parsed, scope, headers)
         except Exception as exc:  # anything a verified body makes Bolt trip over is the body's fault
             reason = str(exc) if isinstance(exc, slack_requests.Malformed) else f"unreadable ({type(exc).__name__})"
-            log.info("answered 400 to a signed Slack request: %s", reason)
+            self._guard.log.info(f"400:{reason}", "answered 400 to a signed Slack request: %s", reason)
             await _respond(send, 400, "malformed request")
             return
         try:
@@ -126,15 +134,19 @@ class SlackHttpApp:
             return
         await _send_bolt(send, response)
 
-    async def _verified_body(self, headers: dict[str, list[str]], receive: Receive) -> tuple[bytes | None, str | None]:
-        """(the body, None) when Slack signed it; else (what was read of it, why it is refused). Nothing is
-        parsed before this; of an unsigned request no more than an ssl_check's worth is read."""
-        unsigned = slack_requests.unsigned_reason(headers)
-        limit = slack_requests.MAX_UNSIGNED_BYTES if unsigned else slack_requests.MAX_BODY_BYTES
-        body = await _read_body(receive, limit)
-        if body is None:
-            return None, unsigned or f"a body over {limit} bytes, read no further"
-        return body, unsigned or slack_requests.unverified_reason(self._verifier, headers, body)
+    async def _verified_body(self, headers: dict[str, list[str]],
+                             receive: Receive) -> tuple[bytes | None, Refusal | None]:
+        """(the body, None) when Slack signed it; else (what was read of it, if anything, and the refusal).
+        The headers are checked before a byte of the body is read, and nothing is parsed before this; of an
+        unsigned request no more than an ssl_check's worth is read."""
+        declared, refusal = self._guard.before_body(headers)
+        if refusal is not None:
+            return None, refusal
+        body = await self._guard.read(receive, declared)
+        if isinstance(body, Refusal):
+            return None, body
+        reason = slack_requests.unverified_reason(self._verifier, headers, body)
+        return body, Refusal(401, reason) if reason is not None else None
 
 
 def _bolt_request(body: slack_requests.Body, scope: Scope, headers: dict[str, list[str]]) -> BoltRequest:
@@ -153,24 +165,14 @@ def _headers(scope: Scope) -> dict[str, list[str]]:
     return headers
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-async def _respond(send: Send, status: int, body: str, content_type: str = "text/plain; charset=utf-8") -> None:
+async def _respond(send: Send, status: int, body: str, content_type: str = "text/plain; charset=utf-8", *,
+                   close: bool = False) -> None:
+    """``close``: the connection ends with the answer (a body not read yet is never waited for)."""
     data = body.encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", content_type.encode()), (b"content-length", str(len(data)).encode())]})
+    headers = [(b"content-type", content_type.encode()), (b"content-length", str(len(data)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": data})
 
 
@@ -198,8 +200,9 @@ async def _lifespan(receive: Receive, send: Send) -> None:
 
 def http_server(asgi: SlackHttpApp | HealthApp, *, host: str, port: int) -> uvicorn.Server:
     # log_config=None: uvicorn's records go where the process's own go (trainbot.log), not to a second stderr.
+    limits = asgi.limits if isinstance(asgi, SlackHttpApp) else RequestLimits()
     config = uvicorn.Config(asgi, host=host, port=port, lifespan="on", log_level="warning", access_log=False,
-                            timeout_graceful_shutdown=10, backlog=512, log_config=None)
+                            timeout_graceful_shutdown=10, backlog=512, log_config=None, **server_options(limits))
     return uvicorn.Server(config)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from handlers import blocks as bk
-from handlers import cards, texts
+from handlers import cards, logs, texts
 from handlers.chat import ChatUnavailable, Reply
 from handlers.context import CommandContext
 from handlers.live import job_card
@@ -26,7 +26,10 @@ def handle_job(ctx: CommandContext, text: str) -> Reply:
     ref = text.strip()
     if not ref:
         return Reply(text=texts.USAGE_JOB)
-    summary, blocks = job_card(ctx.services, ctx.services.jobs.get(ref), detail=True)
+    lineage, withheld = logs.readable(ctx, ctx.services.jobs.get(ref))
+    summary, blocks = job_card(ctx.services, lineage, detail=True)
+    if withheld is not None:  # the card without its failure lines, and one sentence saying why
+        blocks = bk.message([*blocks[:1], bk.context(bk.escape(withheld)), *blocks[1:]], cut_note=texts.BLOCKS_CUT)
     return Reply(text=summary, blocks=blocks)
 
 

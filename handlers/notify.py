@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from handlers import blocks as bk
-from handlers import cards, pacing, promotion, routing, texts
+from handlers import cards, launch_card, pacing, promotion, routing, texts
 from handlers.chat import Chat, ChatBusy, ChatUnavailable, Mark, MarkingChat
 from handlers.context import Services
 from handlers.live import job_card
@@ -83,8 +83,8 @@ def deliver_one(services: Services, chat: Chat, notification: Notification) -> b
         _deliver(services, chat, notification, done)
         if notification.kind not in routing.KINDS:
             _step(done, "route", lambda: routing.fan_out(services, notification))
-    except _NotYet:
-        store.outbox.defer(notification.id, until=services.clock.now() + CARD_WAIT, error="card not posted yet")
+    except _NotYet:  # waiting for the card is no failed attempt: the backoff stays as it was
+        store.outbox.wait(notification.id, until=services.clock.now() + CARD_WAIT, why="card not posted yet")
         return False
     except Exception as exc:
         _defer(services, notification, done, exc)
@@ -162,15 +162,18 @@ def _lineage_of(services: Services, notification: Notification) -> Lineage | Non
 
 def _with_card(services: Services, chat: Chat, notification: Notification, lineage: Lineage, channel: str,
                done: set[str]) -> Lineage:
-    """A lineage with no card yet: a Slack launch is posting it right now (wait a little); anything else
-    (a schedule, a launch whose card post failed) gets its card here, so its thread exists."""
+    """A lineage with no card yet: a Slack launch is posting it right now (wait a little, unless it went ahead
+    without its card); anything else (a schedule, a launch whose card post failed) gets its card here, so its
+    thread exists. A Slack launch's card may have been stored unconfirmed: it is found by its mark first."""
     young = services.clock.now() - lineage.created_at < CARD_GRACE
-    if lineage.origin == "slack" and young:
+    if lineage.origin == "slack" and young and not launch_card.was_lost(services, lineage.id):
         raise _NotYet
     text, blocks = job_card(services, lineage)
-    ts = _post(chat, notification, "card", channel, text, blocks=blocks)
+    ts = launch_card.post_for_outbox(chat, lineage, channel, text, blocks)
+    if ts is None:
+        ts = _post(chat, notification, "card", channel, text, blocks=blocks)
+        done.add("card")  # drawn now with its newest state; a card found may be older: the card step redraws it
     services.jobs.attach_message(lineage.id, channel, ts)
-    done.add("card")
     return services.store.get_lineage(lineage.id)
 
 

@@ -129,8 +129,9 @@ def _rollback(ctx: CommandContext, name: str, reason: str, *, expected: int | No
         _promotions(ctx).rollback(name, actor=ctx.actor, reason=reason, expected=expected)
 
     ctx.services.run_later(lambda: run_telling_failures(ctx, roll_back, ROLLING_BACK_FAILED, current.endpoint))
-    return Reply(text=endpoint_texts.ROLLING_BACK.format(name=current.endpoint, lineage=target.lineage_id,
-                                                         current=current.lineage_id))
+    kept = _promotions(ctx).package_kept(current.lineage_id, ctx.actor)
+    return Reply(text=" ".join(filter(None, (endpoint_texts.ROLLING_BACK.format(
+        name=current.endpoint, lineage=target.lineage_id, current=current.lineage_id), kept))))
 
 
 # ---------------------------------------------------------------- reading

@@ -31,8 +31,9 @@ from jobs.lineage import Lineage
 from jobs.notifications import rules
 from jobs.notifications.rules import JobFacts
 from jobs.notifications.service import NotificationService
+from jobs.notifications.store import Subscription
 from jobs.planning.prices import usd
-from jobs.records import RemoteStatus
+from jobs.records import Actor, RemoteStatus
 from jobs.reporting.spend import lineage_cost_so_far
 from jobs.store.rows import Notification
 
@@ -52,6 +53,8 @@ _EVENT_OF_KIND = {
     endpoint_texts.ENDPOINTS_IDLE: rules.ENDPOINT_IDLE,
 }
 REASON_CHARS = 200
+#: Events whose line quotes what the job printed (its failure reason).
+_FAILURE_EVENTS = (rules.FAILED, rules.GAVE_UP)
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ class Routed:
     event: str
     key: str  # with the channel: the routed entry's dedup key
     text: str  # the line, less the thread link (added when it is delivered)
+    #: The line without what the job printed (its failure reason), for a channel whose subscribers may not
+    #: read that job's failure lines; None when the line holds nothing of the kind.
+    withheld: str | None = None
 
 
 def notifications(services: Services) -> NotificationService:
@@ -78,8 +84,11 @@ def fan_out(services: Services, notification: Notification) -> int:
     queued = 0
     for routed in _routable(services, notification, lineage):
         jobs = _facts(services, routed.event, lineage, notification.payload)
-        for channel in service.channels_for(routed.event, jobs):
-            payload = {"kind": ROUTED, "event": routed.event, "text": routed.text, "channel": channel,
+        for channel, subscriptions in service.subscribers_for(routed.event, jobs).items():
+            text = routed.text
+            if routed.withheld is not None and not _may_read(services, lineage, channel, subscriptions):
+                text = routed.withheld
+            payload = {"kind": ROUTED, "event": routed.event, "text": text, "channel": channel,
                        "lineage_id": lineage.id if lineage else None, "job_name": None}
             queued += services.store.outbox.enqueue(kind=ROUTED, payload=payload, dedup_key=f"{routed.key}:{channel}",
                                              lineage_id=lineage.id if lineage else None, channel=channel)
@@ -95,6 +104,9 @@ def _routable(services: Services, notification: Notification, lineage: Lineage |
     if event == rules.ENDPOINT_IDLE:
         hours = services.settings.trainbot_endpoint_idle_hours
         found.append(Routed(event, f"route:{event}:{notification.dedup_key}", _idle_line(payload, hours)))
+    elif event in _FAILURE_EVENTS and lineage is not None:
+        found.append(Routed(event, f"route:{event}:{notification.dedup_key}", _line(event, lineage, payload),
+                            withheld=_line(event, lineage, {**payload, "reason": None}, withheld=True)))
     elif event is not None and lineage is not None:
         found.append(Routed(event, f"route:{event}:{notification.dedup_key}", _line(event, lineage, payload)))
     if kind == events.COMPLETED and lineage is not None:
@@ -102,6 +114,16 @@ def _routable(services: Services, notification: Notification, lineage: Lineage |
         if regression is not None:
             found.append(Routed(rules.REGRESSION, f"route:{rules.REGRESSION}:{lineage.id}", regression))
     return found
+
+
+def _may_read(services: Services, lineage: Lineage | None, channel: str, subscriptions: list[Subscription]) -> bool:
+    """A failure line goes to the job's own channel, and to a channel one of whose subscribers routing it
+    there may read it (its launcher or an admin: AccessPolicy.may_read_logs)."""
+    if lineage is None:
+        return False
+    policy = services.jobs.policy
+    return channel == lineage.channel or any(
+        policy.may_read_logs(Actor(s.created_by, via=s.via), lineage) for s in subscriptions)
 
 
 def _first_running(lineage: Lineage, payload: dict[str, Any]) -> bool:
@@ -152,7 +174,7 @@ def _launched(lineage: Lineage) -> str:
     return texts.ROUTED[rules.LAUNCHED].format(**_common(lineage))
 
 
-def _line(event: str, lineage: Lineage, payload: dict[str, Any]) -> str:
+def _line(event: str, lineage: Lineage, payload: dict[str, Any], *, withheld: bool = False) -> str:
     values = _common(lineage)
     if event == rules.INTERRUPTED:
         values["instance"] = payload.get("instance_type") or values["instance"]
@@ -164,8 +186,9 @@ def _line(event: str, lineage: Lineage, payload: dict[str, Any]) -> str:
     elif event == rules.COMPLETED:
         report = payload.get("report") or {}
         values.update(metrics=_metrics(report), cost=billed(float(report.get("cost_usd") or 0.0), lineage.backend))
-    elif event in (rules.FAILED, rules.GAVE_UP):
-        values.update(reason=_reason(payload), attempts=payload.get("attempts", len(lineage.attempts)))
+    elif event in _FAILURE_EVENTS:
+        values.update(reason=texts.REASON_IN_THREAD if withheld else _reason(payload),
+                      attempts=payload.get("attempts", len(lineage.attempts)))
     return texts.ROUTED[event].format(**values)
 
 

@@ -242,3 +242,13 @@ HOME_MORE = "… and {count} more."
 HOME_MORE_RUNNING = "… and {count} more running: `/jobs active` lists them all."
 HOME_MORE_ENDPOINTS = "… and {count} more endpoints."
 HOME_MORE_ENDPOINTS_TAB = "… and {count} more endpoints: the trainbot Home tab shows up to 10."
+
+# ---------------------------------------------------------------- who may read logs, and how often (issue 34)
+
+LOGS_TOO_OFTEN = (
+    "You asked for logs more than {per_minute:g} times a minute (TRAINBOT_MAX_LOGS_PER_MINUTE): try again in "
+    "{seconds} s."
+)
+#: A routed failure line in a channel whose subscribers may not read that job's failure lines.
+REASON_IN_THREAD = "the reason is in its thread"
+

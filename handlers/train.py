@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from handlers import blocks as bk
-from handlers import cards, texts
+from handlers import cards, launch_card, texts
 from handlers.chat import ChannelUnreachable, ChatUnavailable, ModalChat, ReachChat, Reply
 from handlers.context import CommandContext, run_waiting_on_code
 from handlers.live import job_card
@@ -233,7 +233,7 @@ def launch_now(ctx: CommandContext, request_id: str, spec: JobSpec, *, in_dm: bo
     title = texts.PLAN_TITLE.format(model=spec.model_label, count=spec.instance_count, instance=spec.instance_type)
     try:
         card_ctx = _card_context(ctx, in_dm)
-        ts = _post_card(card_ctx, title, in_dm=in_dm)
+        ts = _post_card(card_ctx, title, request_id, in_dm=in_dm)
         _launch_with_card(card_ctx, request_id, spec, title, ts)
     except _NoCard:
         pass
@@ -260,12 +260,13 @@ def _card_context(ctx: CommandContext, in_dm: bool) -> CommandContext:
     return dataclasses.replace(ctx, channel_id=channel)
 
 
-def _post_card(ctx: CommandContext, title: str, *, in_dm: bool) -> str | None:
-    """The launching card's ts; None when the chat is down for now in a channel that takes posts (the outbox
-    posts the card when it delivers the job's first news); _NoCard where it cannot be posted at all."""
+def _post_card(ctx: CommandContext, title: str, request_id: str, *, in_dm: bool) -> str | None:
+    """The launching card's ts (posted once: handlers/launch_card.py); None when the chat is down for now in a
+    channel that takes posts (the outbox posts the card, or finds it, when it delivers the job's first news);
+    _NoCard where it cannot be posted at all."""
     text, blocks = cards.launching_card(title)
     try:
-        return ctx.chat.post(ctx.channel_id, text, blocks=blocks)
+        return launch_card.post(ctx.chat, ctx.channel_id, text, blocks, request_id)
     except ChannelUnreachable:
         ctx.tell(texts.CANNOT_POST_HERE)
         raise _NoCard from None
@@ -288,6 +289,7 @@ def _launch_with_card(ctx: CommandContext, request_id: str, spec: JobSpec, title
         _refused(ctx, ts, title, texts.UNEXPECTED_ERROR)
         return
     if ts is None:
+        launch_card.record_lost(ctx.services, lineage.id)  # the outbox looks for it or posts it, unwaited
         return
     ctx.services.jobs.attach_message(lineage.id, ctx.channel_id, ts)
     lineage = ctx.services.jobs.get(lineage.id)

@@ -6,8 +6,12 @@ button and modal against check_can_use and audits refusals; the services check a
 - TRAINBOT_ADMINS: user or user-group IDs; admins pass every rule.
 An empty list means everyone of the bot's own organization. A person from another organization (a Slack
 Connect channel shares the bot's cards with them) is let in only where TRAINBOT_ALLOWED_USERS or
-TRAINBOT_ADMINS names their own ID. Only the launcher or an admin may manage (stop, deploy) a lineage; only an
-endpoint's owner (who deployed it) or an admin may promote into it or roll it back.
+TRAINBOT_ADMINS names their own ID. Only the launcher or an admin may manage a lineage: stop it, put its model
+into any endpoint (a deploy, or a promotion into an endpoint of their own), and change its model package's
+approval. Only an endpoint's owner (who deployed it) or an admin may promote into it or roll it back; an
+owner's rollback changes the endpoint, never the approval of another person's package. A job's log and
+failure lines are for its launcher, an admin, and whoever asks from the job's own channel (its thread, which
+shows its failure and log tail, is there already).
 """
 
 from __future__ import annotations
@@ -75,15 +79,37 @@ class AccessPolicy:
                 f"({self._admin_names()}) to add this one."
             )
 
+    def may_manage(self, actor: Actor, lineage: Lineage) -> bool:
+        """Whether the actor launched the lineage or is an admin: who may stop it, serve its model anywhere,
+        and approve or reject its model package."""
+        return actor.user_id == lineage.launched_by or self.is_admin(actor)
+
     def check_can_manage(self, actor: Actor, lineage: Lineage, *, verb: str = "stop or deploy") -> None:
         """PermissionDenied unless the actor launched the lineage or is an admin."""
-        if actor.user_id == lineage.launched_by or self.is_admin(actor):
+        if self.may_manage(actor, lineage):
             return
         log.info("refused %s managing %s (launched by %s)", actor.user_id, lineage.id, lineage.launched_by)
         raise PermissionDenied(
             f"Only the person who launched {lineage.id} ({lineage.launched_by}) or an admin "
             f"({self._admin_names()}) may {verb} it; ask one of them."
         )
+
+    def may_read_logs(self, actor: Actor, lineage: Lineage) -> bool:
+        """Whether the actor may see the lineage's log and failure lines: its launcher, an admin, or a person
+        asking from the lineage's own channel."""
+        in_its_channel = actor.channel_id is not None and actor.channel_id == lineage.channel
+        return in_its_channel or self.may_manage(actor, lineage)
+
+    def check_can_read_logs(self, actor: Actor, lineage: Lineage) -> None:
+        """PermissionDenied unless ``may_read_logs``."""
+        if self.may_read_logs(actor, lineage):
+            return
+        log.info("refused %s the logs of %s (launched by %s)", actor.user_id, lineage.id, lineage.launched_by)
+        raise PermissionDenied(logs_refused(lineage, self._admin_names()))
+
+    def logs_withheld(self, lineage: Lineage) -> str:
+        """The sentence shown where the failure lines of a job the reader may not see are left out."""
+        return logs_refused(lineage, self._admin_names())
 
     def check_owns_endpoint(self, actor: Actor, endpoint: str, owner: str, *, verb: str) -> None:
         """PermissionDenied unless the actor deployed the endpoint (its owner) or is an admin."""
@@ -106,6 +132,12 @@ class AccessPolicy:
         return (
             f"TRAINBOT_ADMINS: {_listed(self.admins)}" if self.admins else "none are set in TRAINBOT_ADMINS"
         )
+
+
+def logs_refused(lineage: Lineage, admins: str) -> str:
+    where = f", anyone in its channel ({lineage.channel})" if lineage.channel else ""
+    return (f"The log and failure lines of {lineage.id} are shown only to the person who launched it "
+            f"({lineage.launched_by}){where} or an admin ({admins}); ask one of them.")
 
 
 def _matches(actor: Actor, ids: frozenset[str]) -> bool:

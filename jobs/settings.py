@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     trainbot_max_recipes_per_user: int = Field(default=20, ge=1)
     # A schedule may fire at most this often (minutes between two runs); cron="* * * * *" is refused.
     trainbot_min_schedule_minutes: float = Field(default=60, ge=0)
+    # /logs (and the Logs button) a person may ask for a minute, admins included (two at once after a quiet
+    # spell): each reads a log and may upload a file into a job's thread.
+    trainbot_max_logs_per_minute: float = Field(default=4, gt=0)
 
     @field_validator("trainbot_home")
     @classmethod

@@ -65,8 +65,11 @@ class PromotionService:
         """Every check of a promotion and no side effect."""
         endpoint = self._in_service(endpoint_name)
         self._policy.check_owns_endpoint(actor, endpoint.name, endpoint.deployed_by, verb="promote into it")
-        self._check_idle(endpoint)
         lineage = self._store.find(job_ref)
+        # Serving a model is its launcher's (or an admin's) decision wherever it goes, as for a deploy: owning
+        # the endpoint is not enough, since the promotion also approves the model's package when it serves.
+        self._policy.check_can_manage(actor, lineage, verb=texts.SERVE_VERB)
+        self._check_idle(endpoint)
         model_data, job_name = served_model(lineage, self._backend.name)
         task = task_of(lineage)
         if task != endpoint.task:
@@ -195,7 +198,7 @@ class PromotionService:
 
     def rollback(self, name: str, *, actor: Actor, reason: str = "", expected: int | None = None) -> Revision:
         """Back to the config served before, in place; the replaced model's package is Rejected with who and
-        why."""
+        why, when ``actor`` may change it (its launcher or an admin: see `package_kept`)."""
         current, target = self.check_rollback(name, actor=actor, expected=expected)
         revision = self._revisions.add({
             **target.serving_fields(), "endpoint": current.endpoint, "action": Action.ROLLBACK.value,
@@ -205,14 +208,31 @@ class PromotionService:
         })
         self._start(revision, UpdateRequest(current.endpoint, target.config_name, None, Rollout(wait_seconds=0)))
         why = reason or "rolled back"
-        if self.registry is not None:
+        kept = self.package_kept(current.lineage_id, actor)
+        if self.registry is not None and not kept:
             self.registry.reject(current.lineage_id, actor=actor,
                                  reason=f"rolled back out of {current.endpoint} by {actor.user_id}: {why}")
+        elif self.registry is not None:
+            self._store.audit(actor, "registry.approval_kept", current.lineage_id, {
+                "endpoint": current.endpoint, "revision": revision.id, "reason": kept})
         self._store.audit(actor, "endpoint.rollback", current.endpoint, {
             "from": current.lineage_id, "to": target.lineage_id, "revision": revision.id, "reason": reason,
+            "package_rejected": self.registry is not None and not kept,
         })
         log.info("rolling endpoint %s back from %s to %s", current.endpoint, current.lineage_id, target.lineage_id)
         return self._revisions.get(revision.id)
+
+    def package_kept(self, lineage_id: str, actor: Actor) -> str:
+        """"" when a rollback by ``actor`` rejects ``lineage_id``'s package (its launcher, or an admin); else
+        the sentence saying the package keeps its approval, and why. An endpoint's owner rolls back what
+        their endpoint serves, but another person's package is theirs to approve or reject."""
+        try:
+            lineage = self._store.get_lineage(lineage_id)
+        except NotFound:
+            return ""  # nothing left to approve or reject
+        if self._policy.may_manage(actor, lineage):
+            return ""
+        return texts.PACKAGE_KEPT.format(lineage=lineage.id, owner=lineage.launched_by)
 
     # -- the first deploy, and the end ------------------------------------------------------------
 

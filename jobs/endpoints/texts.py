@@ -54,6 +54,13 @@ ROLLOUT_ONLY_PROMOTING = (
 PROMOTING = "Promoting {lineage} into endpoint {name} in place (it serves {current} now){rollout}."
 PROMOTE_FOLLOW = "Name and URL stay the same; the job's thread says when the new model serves."
 ROLLING_BACK = "Rolling endpoint {name} back to {lineage} (it serves {current} now)."
+#: The verb of the refusal when a person may not serve a lineage's model (PromotionService.plan).
+SERVE_VERB = "deploy or promote"
+#: Said when an endpoint owner's rollback takes out another person's model: its package is not rejected.
+PACKAGE_KEPT = (
+    "{lineage}'s model package is not rejected: only the person who launched it ({owner}) or an admin changes "
+    "its approval."
+)
 ROLLOUT_CANARY = ": {percent}% of capacity first, the rest after {wait}s"
 ROLLOUT_ALL = ": all at once"
 ROLLOUT_ALARM = ", rolled back by SageMaker if alarm {alarm} fires"

@@ -18,6 +18,7 @@ from jobs.endpoints.revisions import Action, Revision, RevisionStatus, RevisionS
 from jobs.endpoints.store import LIVE, EndpointCycle, EndpointStore
 from jobs.errors import NotFound, TrainbotError
 from jobs.records import Actor
+from jobs.registry.port import Approval
 from jobs.store.store import Store
 
 if TYPE_CHECKING:
@@ -88,6 +89,8 @@ class UpdateFollower:
             self._revisions.move(revision.restores, (RevisionStatus.REPLACED,), RevisionStatus.RESTORED, ended_at=now)
         self._endpoints.finish_update(revision.endpoint, revision.id, revision.serving_fields())
         who = Actor(revision.requested_by, via=revision.via)
+        # Who asked was checked when they asked (PromotionService.plan: the model's launcher or an admin, by
+        # user or group), so the approval is theirs; the groups are not known here to check again.
         if revision.action is Action.PROMOTE and self.registry is not None:
             self.registry.approve(revision.lineage_id, actor=who, reason=f"promoted into {revision.endpoint}"
                                   + (f": {revision.reason}" if revision.reason else ""))
@@ -114,6 +117,8 @@ class UpdateFollower:
                 name=revision.endpoint, who=revision.requested_by, lineage=revision.lineage_id,
                 package=self._package_words(revision.lineage_id), previous=was,
                 reason=f" ({revision.reason.rstrip('.')})" if revision.reason else "")
+            if previous is not None:
+                text += self._kept_words(previous.lineage_id, revision.requested_by)
             thread = previous.lineage_id if previous else revision.lineage_id
             self._enqueue(texts.ENDPOINT_ROLLED_BACK, revision, thread, text, {"previous_lineage_id": was})
             return
@@ -133,6 +138,20 @@ class UpdateFollower:
                    "action": revision.action.value, "by": revision.requested_by, **extra}
         self._store.outbox.enqueue(kind=kind, payload=payload, lineage_id=thread_lineage, channel=channel,
                                    dedup_key=f"{kind}:{revision.endpoint}:{revision.id}")
+
+    def _kept_words(self, lineage_id: str, requested_by: str) -> str:
+        """A rollback by someone who may not change ``lineage_id``'s package left it as it was: say so (the
+        rollback's own call decided it, PromotionService.package_kept; its package shows what it decided)."""
+        if self.registry is None:
+            return ""
+        try:
+            owner = self._store.get_lineage(lineage_id).launched_by
+        except NotFound:
+            return ""
+        package = self.registry.find(lineage_id)
+        if owner == requested_by or (package is not None and package.approval is Approval.REJECTED):
+            return ""
+        return " " + texts.PACKAGE_KEPT.format(lineage=lineage_id, owner=owner)
 
     def _package_words(self, lineage_id: str) -> str:
         label = self.package_label(lineage_id)

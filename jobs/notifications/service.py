@@ -90,7 +90,13 @@ class NotificationService:
     def channels_for(self, event: str, jobs: builtins.list[JobFacts] | None) -> builtins.list[str]:
         """The channels subscribed to ``event`` for any of ``jobs`` (None: an event about no job, which
         only unfiltered subscriptions get), each once, in subscription order."""
-        channels: dict[str, None] = {}
+        return list(self.subscribers_for(event, jobs))
+
+    def subscribers_for(self, event: str,
+                        jobs: builtins.list[JobFacts] | None) -> dict[str, builtins.list[Subscription]]:
+        """channels_for's channels, each with the subscriptions that route ``event`` there (whose authors
+        decide what the line may say: a failure line only for those who may read it)."""
+        channels: dict[str, builtins.list[Subscription]] = {}
         for subscription in self._rows.all():
             if event not in subscription.events or not self._channel_allowed(subscription):
                 continue
@@ -99,8 +105,8 @@ class NotificationService:
             else:
                 hit = any(matches(subscription.filter, job) for job in jobs)
             if hit:
-                channels.setdefault(subscription.channel, None)
-        return list(channels)
+                channels.setdefault(subscription.channel, []).append(subscription)
+        return channels
 
     def wants_dm(self, launched_by: str, spec_notify: str | None, *, failure: bool) -> bool:
         """`notify=dm` (or `notify=none`) on the job wins; then the launcher's `/notify dm` default; with

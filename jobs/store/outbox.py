@@ -128,6 +128,15 @@ class Outbox:
             conn.execute(stmt)
 
 
+    def wait(self, notification_id: int, *, until: datetime, why: str) -> None:
+        """Try again at ``until`` without counting a failed attempt: the message waits for something it
+        needs (its job's card), so its backoff after a real failure stays as short as it was."""
+        stmt = update(t_outbox).where(t_outbox.c.id == notification_id).values(next_try_at=until,
+                                                                              last_error=why[:1000])
+        with self._write() as conn:
+            conn.execute(stmt)
+
+
 def _lineage_rank(ranks: Mapping[str, int], now: datetime) -> Any:
     """The rank of the most important due message of the row's lineage from the row on (its own rank when
     it has no lineage)."""

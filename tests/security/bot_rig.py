@@ -80,8 +80,10 @@ class ScriptRunner(SubprocessRunner):
 
 
 @contextmanager
-def real_bot(tmp_path: Path, *, job_script: str | None = None, **settings: Any) -> Iterator[RealBot]:
-    """``job_script``: what a launched local job runs (see ScriptRunner); without it, real training."""
+def real_bot(tmp_path: Path, *, job_script: str | None = None, limits: Any = None,
+             **settings: Any) -> Iterator[RealBot]:
+    """``job_script``: what a launched local job runs (see ScriptRunner); without it, real training.
+    ``limits``: the HTTP server's bot.request_guard.RequestLimits (default: what `serve --http` uses)."""
     slack = SlackApiServer().start()
     config = Settings(slack_bot_token=BOT_TOKEN, slack_signing_secret=SECRET, slack_api_url=slack.base_url,
                       trainbot_home=tmp_path / "home", trainbot_backend="local", **settings)
@@ -91,7 +93,7 @@ def real_bot(tmp_path: Path, *, job_script: str | None = None, **settings: Any) 
                                use_toolkit=False)
     runtime = build_runtime(config, backend=backend)
     try:
-        with served_runtime(runtime, secret=SECRET) as (parts, bot, work):
+        with served_runtime(runtime, secret=SECRET, limits=limits) as (parts, bot, work):
             yield RealBot(slack, runtime, parts, bot, work)
     finally:
         slack.stop()

@@ -174,7 +174,8 @@ class HttpBot:
     """The real Bolt app behind uvicorn on a free loopback port (bot.serve.SlackHttpApp), as `serve --http`
     runs it, wired to the fake Slack. `post(fields)` sends a signed request and returns (status, body)."""
 
-    def __init__(self, app: Any, *, secret: str) -> None:
+    def __init__(self, app: Any, *, secret: str, limits: Any = None) -> None:
+        """``limits``: bot.request_guard.RequestLimits (default: what `serve --http` uses)."""
         import socket
 
         from bot.serve import SlackHttpApp, http_server
@@ -183,7 +184,7 @@ class HttpBot:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
-        self.asgi = SlackHttpApp(app, signing_secret=secret)
+        self.asgi = SlackHttpApp(app, signing_secret=secret, limits=limits)
         self.server = http_server(self.asgi, host="127.0.0.1", port=self.port)
         self._thread = threading.Thread(target=self.server.run, name="bot-http", daemon=True)
 
@@ -317,7 +318,7 @@ def http_rig(tmp_path: Path, *, secret: str, slack: SlackApiServer | None = None
 
 
 @contextmanager
-def served_runtime(runtime: Any, *, secret: str) -> Iterator[tuple[Any, HttpBot, BackgroundWork]]:
+def served_runtime(runtime: Any, *, secret: str, limits: Any = None) -> Iterator[tuple[Any, HttpBot, BackgroundWork]]:
     """(SlackParts, HttpBot, BackgroundWork): a whole runtime's Slack app as ``trainbot serve --http`` builds
     it, over signed HTTP, its background work waitable and its Web API client unpaced; stopped afterwards
     with the runtime."""
@@ -328,7 +329,7 @@ def served_runtime(runtime: Any, *, secret: str) -> Iterator[tuple[Any, HttpBot,
     runtime.run_later = work  # the same bounded pool, but waitable
     client = unpaced_web_client(runtime.settings)
     parts = build_slack(runtime, http=True, client=client, chat=SlackChat(client))
-    bot = HttpBot(parts.app, secret=secret).start()
+    bot = HttpBot(parts.app, secret=secret, limits=limits).start()
     try:
         yield parts, bot, work
     finally:
