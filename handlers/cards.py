@@ -15,6 +15,7 @@ from jobs.lifecycle.progress import LiveProgress
 from jobs.lineage import Attempt, Lineage
 from jobs.planning.batch import change_words, stored_batch, used_batch
 from jobs.planning.forecast import Forecast, summary
+from jobs.planning.max_run import advice_words, max_run_advice
 from jobs.planning.own_code import SPOT_RESUME_NOTE
 from jobs.planning.plan import code_label
 from jobs.planning.plan_text import own_checkpoint_line
@@ -106,6 +107,9 @@ def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, sc
     ``in_dm``: the bot cannot post where the card was asked for, so Launch carries the job in a DM."""
     title = texts.PLAN_TITLE.format(model=spec.model_label, count=spec.instance_count, instance=spec.instance_type)
     lines = cost_lines(cost, max_job_usd, forecast, spec.instance_count)
+    advice = max_run_advice(spec, forecast)
+    if advice is not None:  # SageMaker would stop it at max_run: said right under the forecast
+        lines.insert(1, f":warning: {advice_words(advice)}")
     if spec.own_code:  # what the team's script saves, and what the spot entry adds to its Trainer
         lines.append(own_checkpoint_line(spec))
     elif spec.checkpoint_minutes is not None:
@@ -250,14 +254,28 @@ def card_buttons(lineage: Lineage) -> list[bk.Block]:
 
 
 def stop_button(lineage_id: str) -> bk.Block:
+    """Stop, with Slack's question naming the job it stops."""
     element = bk.button(texts.BUTTON_STOP, ACTION_STOP, lineage_id, style="danger")
-    element["confirm"] = {
-        "title": bk.plain(texts.CONFIRM_STOP_TITLE, 100),
-        "text": bk.plain(texts.CONFIRM_STOP_TEXT, 300),
-        "confirm": bk.plain(texts.CONFIRM_STOP_YES, 30),
-        "deny": bk.plain(texts.CONFIRM_NO, 30),
-        "style": "danger",
-    }
+    element["confirm"] = bk.confirm(texts.CONFIRM_STOP_TITLE.format(lineage=lineage_id), texts.CONFIRM_STOP_TEXT,
+                                    yes=texts.CONFIRM_STOP_YES, no=texts.CONFIRM_NO)
+    return element
+
+
+def undeploy_button(endpoint: str, hourly: str) -> bk.Block:
+    """Undeploy, with Slack's question naming the endpoint and what it costs."""
+    element = bk.button(texts.BUTTON_UNDEPLOY, ACTION_UNDEPLOY, endpoint, style="danger")
+    element["confirm"] = bk.confirm(texts.CONFIRM_UNDEPLOY_TITLE.format(name=endpoint),
+                                    texts.CONFIRM_UNDEPLOY_TEXT.format(name=endpoint, hourly=hourly),
+                                    yes=texts.CONFIRM_UNDEPLOY_YES, no=texts.CONFIRM_KEEP)
+    return element
+
+
+def rollback_button(label: str, value: str, endpoint: str, serving: str) -> bk.Block:
+    """Rollback, with Slack's question naming the endpoint and the model that stops serving."""
+    element = bk.button(label, ACTION_ROLLBACK, value, style="danger")
+    element["confirm"] = bk.confirm(texts.CONFIRM_ROLLBACK_TITLE.format(name=endpoint),
+                                    texts.CONFIRM_ROLLBACK_TEXT.format(name=endpoint, lineage=serving),
+                                    yes=texts.CONFIRM_ROLLBACK_YES, no=texts.CONFIRM_KEEP)
     return element
 
 

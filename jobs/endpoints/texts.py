@@ -53,6 +53,13 @@ ROLLOUT_ONLY_PROMOTING = (
 # ---------------------------------------------------------------- promotions and rollbacks
 PROMOTING = "Promoting {lineage} into endpoint {name} in place (it serves {current} now){rollout}."
 PROMOTE_FOLLOW = "Name and URL stay the same; the job's thread says when the new model serves."
+#: A promotion that makes the endpoint worse on a quality metric (jobs/comparison.py) asks first.
+PROMOTION_REGRESSES = "{lineage} is worse than {current}, which {name} serves now: {changes}."
+PROMOTE_ANYWAY_CLI = "Not promoted: {sentence} Add --yes to promote it anyway: trainbot promote {job} {name} --yes"
+PROMOTE_CONFIRM_TITLE = "Promote a worse model?"
+PROMOTE_CONFIRM_YES = "Promote anyway"
+PROMOTE_CONFIRM_NO = "Keep what serves"
+PROMOTE_ASKS_FIRST = "{sentence} Promote it anyway? The card asks before it promotes."
 ROLLING_BACK = "Rolling endpoint {name} back to {lineage} (it serves {current} now)."
 ROLLOUT_CANARY = ": {percent}% of capacity first, the rest after {wait}s"
 ROLLOUT_ALL = ": all at once"
