@@ -292,9 +292,12 @@ def _cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.demo import run_demo
+    from bot.demo import demo_home, demo_settings, run_demo
 
-    return run_demo(runtime_for(settings, force_local=True, trusted_terminal=True))
+    home = demo_home(settings)
+    print(f"demo home: {home} (its own store: your TRAINBOT_HOME, jobs and schedules are left alone; remove the "
+          "folder when done)", file=sys.stderr)
+    return run_demo(runtime_for(demo_settings(settings, home), force_local=True, trusted_terminal=True))
 
 
 def _default_command(args: argparse.Namespace, settings: Settings) -> int:
