@@ -61,6 +61,9 @@ NO = ("n", "no", "")
 ANSWER_PROMPT = "[y/N] "
 NOT_PRESSED = "Not pressed: {label} on {title}."
 NOT_AN_ANSWER = "`{line}` is not a yes or no, so {label} on {title} was not pressed; carrying out `{line}` instead."
+ENDPOINT_STOPPED = ("Stopped endpoint {name}, which this console started (its server holds a model in memory); "
+                    "`/deploy {lineage} name={name}` brings it back.")
+ENDPOINT_KEPT = "Endpoint {name} keeps running (an earlier session started it): `trainbot undeploy {name}` stops it."
 UNANSWERED = "The question about {label} on {title} was left unanswered: nothing was pressed."
 
 HELP = """\
@@ -155,7 +158,24 @@ class Console:
 
     def stop(self) -> None:
         self._stop.set()
+        self._stop_endpoints()
         self.runtime.shutdown()
+
+    def _stop_endpoints(self) -> None:
+        """The local endpoint servers this session started are stopped with it (each holds a model in memory);
+        one an earlier session started is named, with how to stop it."""
+        endpoints = self.runtime.endpoints
+        if endpoints is None or self.runtime.backend.name != "local":
+            return
+        for endpoint in endpoints.list():
+            if endpoint.deployed_by != self.actor.user_id or endpoint.created_at < self.started_at:
+                self.chat.say(ENDPOINT_KEPT.format(name=endpoint.name))
+                continue
+            try:
+                endpoints.undeploy(endpoint.name, actor=self.actor)
+                self.chat.say(ENDPOINT_STOPPED.format(name=endpoint.name, lineage=endpoint.lineage_id))
+            except TrainbotError as exc:
+                self.chat.say(exc.user_message())
 
     # -- the loops -------------------------------------------------------------------------------
 

@@ -99,3 +99,14 @@ def test_a_schedules_endpoint_is_checked_and_listed(bot: Bot) -> None:
 
     listed = bot.command("/schedule", "list")
     assert "nightly  cron='0 2 * * *' tz=UTC  endpoint=qa-prd (deploy_if_better)  next:" in shown(listed)
+
+
+def test_predict_with_another_tasks_inputs_is_one_sentence(bot: Bot) -> None:
+    """Issue 35, item 9: a text-classification endpoint asked with question= and context= was sent them, and
+    its tokenizer's error came back; now the ack says what it reads, and nothing is sent."""
+    deployed(bot, "distilbert-spot", "sentiment")
+    answer = bot.command("/predict", 'sentiment question="who won?" context="we did"')
+    assert answer["text"] == 'This endpoint serves text-classification: ask it with text="...", not context= and question=.'
+    qa = deployed(bot, "bert-squad", "qa")
+    assert bot.command("/predict", 'qa text="fine"')["text"] == (
+        'This endpoint serves question-answering: ask it with question="..." context="...", not text=.'), qa
