@@ -27,7 +27,8 @@ CODE_INDENT = "  "
 #: After a card's buttons: its short name, which an older card is pressed by (`launch c2`).
 HANDLE = "  · card {handle}"
 
-#: The emoji the handlers put in texts, as one symbol a terminal shows; any other :name: is left as is.
+#: The emoji the handlers put in texts, as one symbol a terminal shows (tests/bot/test_console_render.py finds
+#: every one the texts write); any other shortcode is left as is.
 EMOJI = {
     "white_check_mark": "✔",
     "heavy_check_mark": "✔",

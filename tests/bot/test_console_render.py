@@ -168,3 +168,22 @@ def test_dm_and_ephemeral_text(tmp_path: Path) -> None:
     chat.dm("console:me", "Your job *x* failed")
     chat.post_ephemeral("C", "console:me", "Stopping <@U1>")
     assert out.getvalue().splitlines() == ["✉ direct message to console:me: Your job x failed", "Stopping @U1"]
+
+
+def test_every_emoji_the_bot_writes_is_a_character_in_the_console() -> None:
+    """Issue 35, item 10: `:rewind:` showed raw beside real emoji. Every shortcode in the bot's texts (a
+    `:name:` followed by a space, as the texts write them) becomes one character."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    found: set[str] = set()
+    for package in ("handlers", "jobs", "bot"):
+        for source in (root / package).rglob("*.py"):
+            found |= set(re.findall(r"(?<=[\"'\s]):([a-z][a-z0-9_+-]*):(?= )", source.read_text()))
+    assert {"rewind", "warning", "rocket"} <= found
+    raw = sorted(name for name in found if render.mrkdwn(f":{name}: x") == f":{name}: x")
+    assert raw == []
+
+
+def test_code_blocks_show_slacks_entities_as_the_characters_they_are() -> None:
+    assert render.text_lines("Logs:\n```x &lt;tag&gt; &amp; co```") == ["Logs:", "  x <tag> & co"]
