@@ -314,7 +314,8 @@ class Console:
             return
         attempt = lineage.latest_attempt
         if attempt is None or attempt.status.is_terminal() or not lineage.spec.spot:
-            self.chat.say(f"{lineage.id} is not a running spot job ({lineage.status.value}); nothing to take away.")
+            self.chat.say(f"{lineage.id} is not a running spot job (it {lineage.status.phrase()}); nothing to take "
+                          "away.")
             return
         self.ticker.arm(attempt.job_name)
         self.chat.say(f"console: spot capacity will be taken from {attempt.job_name} once it has a checkpoint")
@@ -390,7 +391,8 @@ class Console:
     def exit_code(self) -> int:
         lineages = self.session()
         failed = [lineage.id for lineage in lineages if lineage.status in _FAILED]
-        ended = ", ".join(f"{lineage.id} {lineage.status.value}" for lineage in lineages) or "no jobs launched"
+        ended = ", ".join(f"{lineage.id} {lineage.status.value.replace('_', ' ')}" for lineage in lineages) \
+            or "no jobs launched"
         self.chat.say(f"script done: {ended}")
         if failed:
             self.chat.say(f"failed: {', '.join(failed)}")

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from jobs.endpoints.port import EndpointAccess
+from jobs.wording import Counted
 
 ENDPOINT_READY = "endpoint_ready"  # the endpoint answers: links and snippets
 ENDPOINT_FAILED = "endpoint_failed"  # the backend could not bring it up
@@ -42,7 +43,7 @@ READY_TRY = (
     "Try it here: `/predict {name} {hint}`. It costs {cost} while it is up: `/undeploy {name}` when done."
 )
 FAILED = ":x: Endpoint {name} (from {lineage}) failed to come up: {reason} Nothing is left running; fix it and /deploy again."
-IDLE_HEAD = ":money_with_wings: {count} endpoint(s) idle for more than {hours:g} h, still costing money:"
+IDLE_HEAD = Counted(":money_with_wings: {count:endpoint} idle for more than {hours:g} h, still costing money:")
 IDLE_LINE = "• {name} (from {lineage}, {where}): idle {idle}, {hourly}/h, {total} so far. `/undeploy {name}`"
 UNDEPLOYED = "{name}: endpoint and its config deleted; the model is kept."
 ROLLOUT_ONLY_PROMOTING = (

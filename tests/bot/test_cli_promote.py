@@ -103,7 +103,7 @@ def test_the_registry_and_endpoint_commands_and_their_refusals(moto_aws: MotoAws
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
     installed = trainbot(env, "models")  # the installed command, on the same home
     assert installed.returncode == 0, installed.stderr
-    assert installed.stdout.startswith("Model lines (1)") and "trainbot-question-answering: 2 version(s)" in installed.stdout
+    assert installed.stdout.startswith("Model lines (1)") and "trainbot-question-answering: 2 versions" in installed.stdout
 
 
 def test_a_promotion_that_makes_the_endpoint_worse_is_refused_without_yes(moto_aws: MotoAws, cli) -> None:  # noqa: F811

@@ -142,8 +142,8 @@ def test_notify_logs_and_home_in_the_console(tmp_path: Path) -> None:
     assert routed in transcript and "#CONSOLE" in transcript.split(routed, 1)[1].splitlines()[0]
     assert "✉ direct message" not in transcript  # /notify dm off
     logs = transcript.split("trainbot> /logs $last 1\n", 1)[1].split("trainbot> ", 1)[0]
-    assert f"Reading the last 1 lines of {lineage}-1's log…" in logs
-    assert f"{lineage}-1 (1 lines)" in logs and "ValueError: the train channel is empty" in logs
+    assert f"Reading the last 1 line of {lineage}-1's log…" in logs
+    assert f"{lineage}-1 (1 line)" in logs and "ValueError: the train channel is empty" in logs
     assert "loading data" not in logs
     pressed = transcript.split("trainbot> logs\n", 1)[1].split("trainbot> ", 1)[0]
     assert "loading data" in pressed  # the failed card's Logs button: the default 40 lines
