@@ -51,6 +51,7 @@ EMOJI = {
     "rewind": "⏪",
     "new": "🆕",
     "heavy_minus_sign": "➖",
+    "speech_balloon": "💬",
 }
 
 _LINK = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")

@@ -111,7 +111,7 @@ def _spot_comparison(cost: CostEstimate, forecast: Forecast | None) -> tuple[flo
 def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, scaling_note: str | None,
               max_job_usd: float | None, spot_pct_if_on: float | None = None,
               forecast: Forecast | None = None, run_forecast: Forecast | None = None,
-              in_dm: bool = False) -> list[bk.Block]:
+              in_dm: bool = False, from_dm: bool = False) -> list[bk.Block]:
     """The ephemeral card /train answers with: spec, forecast, cost, spot savings, the backend's note, buttons.
     ``in_dm``: the bot cannot post where the card was asked for, so Launch carries the job in a DM."""
     title = texts.PLAN_TITLE.format(model=spec.model_label, count=spec.instance_count, instance=spec.instance_type)
@@ -135,8 +135,8 @@ def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, sc
             scaling_note += texts.PLAN_RUN_FORECAST.format(summary=summary(run_forecast), basis=run_forecast.basis)
         body.append(bk.context(texts.PLAN_SCALING.format(note=bk.escape(scaling_note))))
     launch = texts.BUTTON_LAUNCH_DM if in_dm else texts.BUTTON_LAUNCH
-    if in_dm:
-        body.append(bk.context(texts.PLAN_IN_DM.format(button=launch)))
+    if in_dm:  # where the job will post, said before Launch
+        body.append(bk.context((texts.PLAN_FROM_DM if from_dm else texts.PLAN_IN_DM).format(button=launch)))
     body.append(bk.actions([
         bk.button(launch, ACTION_LAUNCH, value, style="primary"),
         bk.button(texts.BUTTON_EDIT, ACTION_EDIT, value),

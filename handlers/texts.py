@@ -77,6 +77,10 @@ PLAN_IN_DM = (
     ":warning: I can't post in this conversation, so a job's card and thread can't live here: `/invite @trainbot` "
     "(or run /train in a channel I'm in), or press *{button}* to follow this job in a DM with me."
 )
+PLAN_FROM_DM = (
+    ":speech_balloon: The job's card and thread will be in your DM with trainbot (Slack lets me post in no other DM); "
+    "press *{button}* to start it there."
+)
 LAUNCHING_IN_DM = "Launching {model}: the job card is in your DM with trainbot and its thread has the progress."
 CANNOT_POST_HERE = (
     "Nothing was launched: I can't post in this conversation (a DM between people, or a private channel I'm not "

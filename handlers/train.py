@@ -34,7 +34,7 @@ from typing import Any
 from handlers import blocks as bk
 from handlers import cards, texts
 from handlers.chat import ChannelUnreachable, ChatUnavailable, ModalChat, ReachChat, Reply
-from handlers.context import CommandContext, run_waiting_on_code
+from handlers.context import DIRECT, NOT_A_MEMBER, CommandContext, run_waiting_on_code
 from handlers.live import job_card
 from jobs.errors import BadInput, SpecError, TrainbotError
 from jobs.planning.grammar import (
@@ -135,7 +135,7 @@ def plan_reply(ctx: CommandContext, text: str) -> Reply:
     services = ctx.services
     plan = services.jobs.plan(text)
     reach = _reach_here(ctx)
-    in_dm = reach is False
+    in_dm = reach is False or ctx.conversation == DIRECT
     value = encode_value(ctx, uuid.uuid4().hex, text, commit=plan.spec.code_commit, dm=in_dm)
     backend = services.backend
     note = backend.scaling_note(plan) if backend is not None else None
@@ -145,7 +145,7 @@ def plan_reply(ctx: CommandContext, text: str) -> Reply:
         spec, plan.cost, command=f"/train {text}", value=value, scaling_note=note,
         max_job_usd=services.settings.trainbot_max_job_usd,
         spot_pct_if_on=None if spec.spot else spot_discount(spec.instance_type) * 100.0,
-        forecast=plan.forecast, run_forecast=plan.run_forecast, in_dm=in_dm,
+        forecast=plan.forecast, run_forecast=plan.run_forecast, in_dm=in_dm, from_dm=ctx.conversation == DIRECT,
     )
     if reach is None and ctx.answer is not None:
         services.run_later(lambda: _offer_dm_if_unreachable(ctx, text))
@@ -158,6 +158,10 @@ def _reach_here(ctx: CommandContext) -> bool | None:
     chat = ctx.chat
     if not isinstance(chat, ReachChat) or not ctx.channel_id:
         return True
+    if ctx.conversation == NOT_A_MEMBER:  # Slack says so with the command itself: known at the ack
+        return False
+    if ctx.conversation == DIRECT:  # a DM: the job goes to the person's DM with the bot, whichever this is
+        return False
     return chat.known_reach(ctx.channel_id)
 
 
