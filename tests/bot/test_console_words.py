@@ -45,7 +45,7 @@ def script_jobs(backend: ScriptedBackend) -> None:
                                    last_modified=now + timedelta(seconds=1),
                                    failure_reason="CapacityError: Unable to provision requested ML compute capacity")
                 return
-            backend.set_logs(job_name, ["loading data", "training", "done"])
+            backend.set_logs(job_name, ["loading data", "training <tiny> & co", "done"])
             backend.set_remote(job_name, RemoteStatus.COMPLETED, created_at=now, ended_at=now,
                                last_modified=now + timedelta(seconds=1), training_seconds=100,
                                billable_seconds=30, spot=True, final_metrics=METRICS, model_artifacts="/tmp/model")
@@ -75,8 +75,9 @@ def test_a_sessions_words(tmp_path: Path) -> None:
     assert f"gave up on your job {gave_up} after 1 attempt:" in transcript
     assert f"{gave_up} was given up on, not completed" in transcript  # not "is gave up"
     assert "Logs of distilbert-spot-" in transcript and "last 2 lines of 1 host\n" in transcript
+    assert "\n  training <tiny> & co\n" in transcript  # what the job printed, not Slack's &lt; (item 10)
     assert "• trainbot-text-classification: 2 versions" in transcript
-    for wrong in ("(s)", "1 attempts", "1 lines", "is gave up", "<TRAINBOT_BUCKET>"):
+    for wrong in ("(s)", "1 attempts", "1 lines", "is gave up", "<TRAINBOT_BUCKET>", "&lt;", "&amp;"):
         assert wrong not in transcript, wrong
     # The final report: the two losses named apart, the local price said once, not on each amount.
     report = transcript.split("› Final report: distilbert-spot-", 1)[1].split("Links", 1)[0]
