@@ -76,10 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     add("launch", _cmd_launch, "launch on the configured backend; prints the lineage id last", text=True)
     jobs_cmd = add("jobs", _cmd_jobs, "list jobs, newest first")
     jobs_cmd.add_argument("--all", action="store_true", help="include ended jobs beyond the recent ones")
+    jobs_cmd.add_argument("--json", action="store_true", help="a JSON array, one object a job (fields in the README)")
     status = add("status", _cmd_status, "the report of a job (lineage id or SageMaker job name), refreshed "
-                 "with one describe where nothing watches it")
-    status.add_argument("job")
-    status.add_argument("--json", action="store_true")
+                 "with one describe while it has not ended; without JOB, every job's")
+    status.add_argument("job", nargs="?", help="a lineage id or SageMaker job name (default: every job, as `jobs`)")
+    status.add_argument("--all", action="store_true", help="without JOB: include ended jobs beyond the recent ones")
+    status.add_argument("--json", action="store_true", help="one JSON object (a JSON array without JOB)")
     stop = add("stop", _cmd_stop, "stop a job (lineage id or SageMaker job name)")
     stop.add_argument("job")
     capacity = add("capacity", _cmd_capacity, "take a running local spot job's capacity away (a simulated reclaim; "
@@ -166,8 +168,13 @@ def _cmd_launch(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_jobs(args: argparse.Namespace, settings: Settings) -> int:
+    from bot.cli_status import job_json
+
     runtime = runtime_for(settings)
     lineages = runtime.jobs.list(limit=500 if args.all else 50)
+    if args.json:
+        print(json.dumps([job_json(lineage) for lineage in lineages], indent=2))
+        return 0
     if not lineages:
         print("No jobs yet. Try: trainbot launch distilbert-spot")
         return 0
@@ -186,11 +193,15 @@ def _cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     from bot.cli_status import job_status
 
     runtime = runtime_for(settings)
-    status = job_status(runtime, args.job)
+    refs = [args.job] if args.job else [lineage.id for lineage in runtime.jobs.list(limit=500 if args.all else 50)]
+    statuses = [job_status(runtime, ref) for ref in refs]
     if args.json:
-        print(json.dumps(status.to_json(), indent=2, default=str))
+        found = [status.to_json() for status in statuses]
+        print(json.dumps(found[0] if args.job else found, indent=2, default=str))
+    elif not statuses:
+        print("No jobs yet. Try: trainbot launch distilbert-spot")
     else:
-        print(status.to_text(runtime.clock.now()))
+        print("\n\n".join(status.to_text(runtime.clock.now()) for status in statuses))
     return 0
 
 
@@ -281,9 +292,12 @@ def _cmd_console(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from bot.demo import run_demo
+    from bot.demo import demo_home, demo_settings, run_demo
 
-    return run_demo(runtime_for(settings, force_local=True, trusted_terminal=True))
+    home = demo_home(settings)
+    print(f"demo home: {home} (its own store: your TRAINBOT_HOME, jobs and schedules are left alone; remove the "
+          "folder when done)", file=sys.stderr)
+    return run_demo(runtime_for(demo_settings(settings, home), force_local=True, trusted_terminal=True))
 
 
 def _default_command(args: argparse.Namespace, settings: Settings) -> int:

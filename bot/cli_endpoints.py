@@ -15,6 +15,8 @@ import sys
 from bot.cli_support import cli_actor, key_values, runtime_for
 from jobs.endpoints.history import history_json, render_history
 from jobs.endpoints.promotion_plan import rollout_words
+from jobs.endpoints.texts import PROMOTE_ANYWAY_CLI
+from jobs.errors import InvalidState
 from jobs.registry import text as registry_text
 from jobs.settings import Settings
 
@@ -26,6 +28,8 @@ def add_endpoint_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
     promote.add_argument("endpoint")
     promote.add_argument("options", nargs="*", help="key=value: instance_type=, instance_count=, alarm=yes|NAME, "
                                                     "canary=PERCENT")
+    promote.add_argument("--yes", action="store_true", help="promote even a model that is worse than what the "
+                                                           "endpoint serves (without it, such a promotion is refused)")
     promote.set_defaults(run=_cmd_promote)
     rollback = sub.add_parser("rollback", help="return an endpoint to the model it served before, in place")
     rollback.add_argument("endpoint")
@@ -44,6 +48,9 @@ def add_endpoint_commands(sub: argparse._SubParsersAction) -> None:  # type: ign
 def _cmd_promote(args: argparse.Namespace, settings: Settings) -> int:
     promotions = runtime_for(settings).require_endpoints().promotions
     plan = promotions.plan(args.job, args.endpoint, options=key_values(args.options), actor=cli_actor())
+    worse = plan.regression_sentence()
+    if worse and not args.yes:
+        raise InvalidState(PROMOTE_ANYWAY_CLI.format(sentence=worse, job=args.job, name=plan.name))
     revision = promotions.promote(plan, actor=cli_actor())
     print(f"promoting {plan.lineage.id} into {plan.name} as config {revision.config_name} (it serves "
           f"{plan.current.lineage_id} now){rollout_words(plan.update.rollout)}; `trainbot endpoint {plan.name}` "

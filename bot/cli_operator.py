@@ -20,7 +20,9 @@ def _add_schedule_commands(sub: argparse._SubParsersAction) -> None:  # type: ig
     schedule = sub.add_parser("schedule", help="nightly retrains", description="Nightly retrains.")
     schedule.set_defaults(run=lambda args, settings: usage(schedule))
     verbs = schedule.add_subparsers(title="schedule commands", metavar="VERB")
-    add = verbs.add_parser("add", help='add NAME cron="0 2 * * *" [tz=Europe/Berlin] TEXT...')
+    add = verbs.add_parser("add", help='add NAME cron="0 2 * * *" [tz=Europe/Berlin] [endpoint=NAME '
+                                       '[deploy_if_better=yes]] TEXT... (an endpoint serving another task is '
+                                       'refused; one that does not exist yet is taken with a warning)')
     add.add_argument("name")
     add.add_argument("text", nargs=argparse.REMAINDER, help="cron=EXPR [tz=ZONE] and the /train arguments")
     add.set_defaults(run=_cmd_schedule_add)
@@ -102,10 +104,12 @@ def _cmd_recipe(args: argparse.Namespace, settings: Settings) -> int:
 
 def _cmd_schedule_add(args: argparse.Namespace, settings: Settings) -> int:
     runtime = runtime_for(settings)
-    schedule = runtime.require_schedules().add_from_text(
-        args.name, command_text(args.text), actor=cli_actor(), channel=None
-    )
+    schedules = runtime.require_schedules()
+    schedule = schedules.add_from_text(args.name, command_text(args.text), actor=cli_actor(), channel=None)
     print(f"schedule {schedule.name} added; next run {schedule.next_run_text()}")
+    warning = schedules.endpoint_warning(schedule)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -1,10 +1,12 @@
 """`trainbot status JOB`: one lineage's report, fresh even where nothing watches it.
 
 A job launched with `trainbot launch` is followed by whatever watches the store (`trainbot watch`, `serve`,
-`console`). Where no watcher has run a cycle lately, status refreshes the job itself: one describe through
-the watcher (what it sees is recorded and decided on as a cycle would), then the steps after its ending if
-it ended (the history record, the report, the announcement waiting for a chat). It says when the store was
-last watched and how to follow the job, and why a lineage ended (the ending's own words).
+`console`). Status of a job not known to have ended refreshes it itself, whether or not a watcher ran a
+cycle lately (a recent watch stamp says nothing of a console that quit a moment ago, issue 35): one describe
+through the watcher (what it sees is recorded and decided on as a cycle would, every move guarded, so a
+watcher doing the same meanwhile is harmless), then the steps after its ending if it ended (the history
+record, the report, the announcement waiting for a chat). Where nothing watched lately it says so and how to
+follow the job, and why a lineage ended (the ending's own words).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ class JobStatus:
     live: LiveProgress | None
     last_watched_at: datetime | None  # the last full watch cycle over the lineage's backend
     refreshed: bool  # this command described the job itself
+    followed: bool = False  # a watcher ran a cycle within FRESH_PERIODS watch periods
 
     def to_json(self) -> dict[str, Any]:
         data = self.report.to_json()
@@ -45,7 +48,7 @@ class JobStatus:
         lines = self.report.to_text().splitlines()
         if self.live is not None:
             lines.insert(1, f"  progress: {self.live.words()}")
-        if self.refreshed:
+        if self.refreshed and not self.followed:
             when = "never" if self.last_watched_at is None else f"last {_ago(now - self.last_watched_at)} ago"
             lines.insert(1, f"  refreshed from the backend just now; watched {when}: {FOLLOW}")
         return "\n".join(lines)
@@ -58,8 +61,7 @@ def job_status(runtime: Runtime, ref: str) -> JobStatus:
     refreshed = False
     latest = lineage.latest_attempt
     followed = watched is not None and now - watched <= timedelta(seconds=FRESH_PERIODS * runtime.settings.watch_seconds)
-    if not lineage.status.is_terminal() and latest is not None and not followed \
-            and lineage.backend == runtime.backend.name:
+    if not lineage.status.is_terminal() and latest is not None and lineage.backend == runtime.backend.name:
         runtime.watcher.check_now([latest.job_name])
         refreshed = True
     runtime.endings.process_due(lineage_id=lineage.id)  # what follows an ending happens without a watcher too
@@ -67,7 +69,32 @@ def job_status(runtime: Runtime, ref: str) -> JobStatus:
     report = build_report(lineage, runtime.backend, now=runtime.clock.now(), reason=_why(runtime, lineage))
     report = with_forecast(report, forecast_of(runtime.store, runtime.clock, lineage.id))
     live = read_live(runtime.store, runtime.backend, runtime.clock, lineage)
-    return JobStatus(report, live, watched, refreshed)
+    return JobStatus(report, live, watched, refreshed, followed)
+
+
+def job_json(lineage: Lineage) -> dict[str, Any]:
+    """One job of `trainbot jobs --json` (field names fixed: scripts read them; the README lists them)."""
+    attempt = lineage.latest_attempt
+    spec = lineage.spec
+    return {
+        "id": lineage.id,
+        "status": lineage.status.value,
+        "ended": lineage.status.is_terminal(),
+        "job_name": attempt.job_name if attempt else None,
+        "attempts": len(lineage.attempts),
+        "task": spec.task,
+        "model": spec.model_label,
+        "dataset": spec.data_label,
+        "instance_type": attempt.instance_type if attempt else spec.instance_type,
+        "instance_count": spec.instance_count,
+        "spot": spec.spot,
+        "backend": lineage.backend,
+        "launched_by": lineage.launched_by,
+        "schedule": lineage.schedule,
+        "worst_case_usd": round(lineage.estimated_usd, 2),
+        "created_at": lineage.created_at.isoformat(),
+        "updated_at": lineage.updated_at.isoformat(),
+    }
 
 
 def _last_watched(runtime: Runtime, lineage: Lineage) -> datetime | None:

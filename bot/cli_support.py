@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from jobs.errors import BadInput
+from jobs.planning.grammar import plain_punctuation
 from jobs.records import Actor
 from jobs.settings import Settings
 
@@ -34,7 +35,7 @@ def command_text(words: Sequence[str]) -> str:
     # Slack grammar sees exactly what the person meant (`hp.note="two words"` stays one token).
     if len(words) == 1 and _is_whole_command(words[0]):
         return words[0]
-    return shlex.join(words)
+    return shlex.join(plain_punctuation(word) for word in words)
 
 
 def _is_whole_command(word: str) -> bool:
@@ -53,7 +54,7 @@ def pop_flag(words: Sequence[str], flag: str) -> tuple[list[str], bool]:
 def key_values(pairs: Sequence[str]) -> dict[str, str]:
     values: dict[str, str] = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
+        key, sep, value = plain_punctuation(pair).partition("=")
         if not sep or not key:
             raise BadInput(f"`{pair}` is not key=value; write it like instance_type=ml.g5.xlarge.")
         values[key.strip()] = value

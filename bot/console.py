@@ -32,9 +32,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from bot.console_chat import PROMPT, ConsoleButton, ConsoleChat, Screen
+from bot.console_cards import NotPressed, Press
+from bot.console_chat import PROMPT, ConsoleChat, Screen
 from bot.console_jobs import JobTicker, session_lineages
 from bot.wiring import build_watcher
+from handlers import blocks as bk
 from handlers import router
 from handlers.context import CommandContext, Services
 from jobs.endings.steps import ANNOUNCE
@@ -54,6 +56,15 @@ LINE_SETTLE_SECONDS = 120.0
 DRAIN_SECONDS = 120.0
 _PLACEHOLDER = re.compile(r"\$(last|\d+)\b")
 _FAILED = (LineageStatus.FAILED, LineageStatus.GAVE_UP)
+YES = ("y", "yes")
+NO = ("n", "no", "")
+ANSWER_PROMPT = "[y/N] "
+NOT_PRESSED = "Not pressed: {label} on {title}."
+NOT_AN_ANSWER = "`{line}` is not a yes or no, so {label} on {title} was not pressed; carrying out `{line}` instead."
+ENDPOINT_STOPPED = ("Stopped endpoint {name}, which this console started (its server holds a model in memory); "
+                    "`/deploy {lineage} name={name}` brings it back.")
+ENDPOINT_KEPT = "Endpoint {name} keeps running (an earlier session started it): `trainbot undeploy {name}` stops it."
+UNANSWERED = "The question about {label} on {title} was left unanswered: nothing was pressed."
 
 HELP = """\
 Commands (the same as in Slack):
@@ -137,6 +148,7 @@ class Console:
         self._idle = threading.Condition()
         self._stop = threading.Event()
         self._quit = False
+        self._question: Press | None = None  # a press waiting for its y/N
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -146,7 +158,24 @@ class Console:
 
     def stop(self) -> None:
         self._stop.set()
+        self._stop_endpoints()
         self.runtime.shutdown()
+
+    def _stop_endpoints(self) -> None:
+        """The local endpoint servers this session started are stopped with it (each holds a model in memory);
+        one an earlier session started is named, with how to stop it."""
+        endpoints = self.runtime.endpoints
+        if endpoints is None or self.runtime.backend.name != "local":
+            return
+        for endpoint in endpoints.list():
+            if endpoint.deployed_by != self.actor.user_id or endpoint.created_at < self.started_at:
+                self.chat.say(ENDPOINT_KEPT.format(name=endpoint.name))
+                continue
+            try:
+                endpoints.undeploy(endpoint.name, actor=self.actor)
+                self.chat.say(ENDPOINT_STOPPED.format(name=endpoint.name, lineage=endpoint.lineage_id))
+            except TrainbotError as exc:
+                self.chat.say(exc.user_message())
 
     # -- the loops -------------------------------------------------------------------------------
 
@@ -157,35 +186,46 @@ class Console:
             if line is None:
                 break
             self.handle(line)
+            if not interactive:  # piped lines, like a script's: each after the last one's launch or stop
+                self.settle()
+        self._drop_question()
         self._say_still_running()
         return 0
 
     def run_script(self, lines: list[str]) -> int:
         self.play(lines)
+        self._drop_question()
         self.wait_for(None)
         return self.exit_code()
 
     def play(self, lines: list[str]) -> None:
-        """Lines as if typed, each after the previous one's background work (a launch, a stop) is done."""
+        """Lines as if typed, each after the previous one's background work (a launch, a stop) is done.
+        A question (`stop` asks y/N) takes the next line as its answer."""
         for raw in lines:
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
-            self.chat.say(f"{PROMPT}{line}")
+            self.chat.say(f"{self.prompt()}{line}")
             self.handle(line)
             self.settle()
             if self._quit:
                 break
 
+    def _drop_question(self) -> None:
+        press, self._question = self._question, None
+        if press is not None:
+            self.chat.say(UNANSWERED.format(label=press.button.label, title=press.card.title))
+
     def _read(self, stdin: TextIO, *, interactive: bool) -> str | None:
-        self.chat.screen.prompt(True)
+        prompt = self.prompt()
+        self.chat.screen.prompt(True, prompt)
         try:
             if interactive:
-                return input(PROMPT)
+                return input(prompt)
             raw = stdin.readline()
             if not raw:
                 return None
-            self.chat.say(f"{PROMPT}{raw.rstrip()}")  # piped input: show it as if typed
+            self.chat.say(f"{prompt}{raw.rstrip()}")  # piped input: show it as if typed
             return raw
         except EOFError:
             return None
@@ -196,6 +236,9 @@ class Console:
 
     def handle(self, line: str) -> None:
         """Carry out one line; every problem is said back in one sentence."""
+        if self._question is not None:
+            self._answer(line)
+            return
         line = line.strip()
         if not line:
             return
@@ -214,38 +257,51 @@ class Console:
             self._capacity(rest.strip())
         elif lowered == "/wait":
             self.wait_for(rest.strip() or None)
-        elif lowered.startswith("/"):
-            self.chat.show(router.run_command(self._context(), lowered, rest))
+        elif lowered.startswith("/"):  # typed as into Slack, which sends & < > escaped
+            self.chat.show(router.run_command(self._context(), lowered, bk.escape(rest)))
         else:
             self._press(line)
 
     def _press(self, line: str) -> None:
-        found = self.chat.find(line)
-        if found is None:
-            label, _, target = line.partition(" ")
-            found = self.chat.find(label, target.strip()) if target.strip() else None
+        label, _, target = line.partition(" ")
+        found = self.chat.find(line)  # a label of several words ("Launch in DM")
+        if not isinstance(found, Press):
+            found = self.chat.find(label, target.strip()) if target.strip() else self.chat.find(label)
         if found is None:
             self.chat.say(_unknown(line, self.chat.labels()))
-            return
-        message, button = found
-        if not self._confirmed(button):
-            self.chat.say("not pressed")
-            return
+        elif isinstance(found, NotPressed):
+            self.chat.say(found.sentence)
+        elif found.button.confirm is not None:  # Slack asks before a dangerous button: so does the console
+            self._question = found
+            self.chat.say(f"{found.button.confirm} [y/N]")
+        else:
+            self._press_now(found)
+
+    def _press_now(self, press: Press) -> None:
+        card, button = press.card, press.button
         reply = router.run_action(self._context(), button.action_id, button.value)
         if reply is not None:
-            self.chat.show(reply, replaces=message.key if message.ephemeral else None)
-        elif message.ephemeral:
-            self.chat.retire(message.key)
+            self.chat.show(reply, replaces=card.key if card.ephemeral else None, answered_by=button.label)
+        elif card.ephemeral:
+            self.chat.retire(card.key, answered_by=button.label)
 
-    def _confirmed(self, button: ConsoleButton) -> bool:
-        """Slack asks before a dangerous button; so does an interactive console. Scripts have said yes."""
-        if button.confirm is None:
-            return True
-        if not self.interactive:
-            self.chat.say(f"({button.confirm} yes)")
-            return True
-        answer = input(f"{button.confirm} [y/N] ")
-        return answer.strip().lower() in ("y", "yes")
+    def _answer(self, line: str) -> None:
+        """The line typed at a y/N question. Anything but an answer is no answer: nothing is pressed and the
+        line is carried out as typed, never swallowed."""
+        press, self._question = self._question, None
+        assert press is not None
+        word = line.strip().lower()
+        if word in YES:
+            self._press_now(press)
+        elif word in NO:
+            self.chat.say(NOT_PRESSED.format(label=press.button.label, title=press.card.title))
+        else:
+            self.chat.say(NOT_AN_ANSWER.format(line=line.strip(), label=press.button.label, title=press.card.title))
+            self.handle(line)
+
+    def prompt(self) -> str:
+        """What the next line answers: a command, or a y/N question."""
+        return ANSWER_PROMPT if self._question is not None else PROMPT
 
     def _capacity(self, ref: str) -> None:
         if not ref:
@@ -258,7 +314,8 @@ class Console:
             return
         attempt = lineage.latest_attempt
         if attempt is None or attempt.status.is_terminal() or not lineage.spec.spot:
-            self.chat.say(f"{lineage.id} is not a running spot job ({lineage.status.value}); nothing to take away.")
+            self.chat.say(f"{lineage.id} is not a running spot job (it {lineage.status.phrase()}); nothing to take "
+                          "away.")
             return
         self.ticker.arm(attempt.job_name)
         self.chat.say(f"console: spot capacity will be taken from {attempt.job_name} once it has a checkpoint")
@@ -334,7 +391,8 @@ class Console:
     def exit_code(self) -> int:
         lineages = self.session()
         failed = [lineage.id for lineage in lineages if lineage.status in _FAILED]
-        ended = ", ".join(f"{lineage.id} {lineage.status.value}" for lineage in lineages) or "no jobs launched"
+        ended = ", ".join(f"{lineage.id} {lineage.status.value.replace('_', ' ')}" for lineage in lineages) \
+            or "no jobs launched"
         self.chat.say(f"script done: {ended}")
         if failed:
             self.chat.say(f"failed: {', '.join(failed)}")

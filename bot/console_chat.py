@@ -12,11 +12,12 @@ from __future__ import annotations
 import itertools
 import shutil
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from bot import console_render as render
+from bot.console_cards import CardDeck, ConsoleButton, NotPressed, Press
 from handlers import blocks as bk
 from handlers.chat import Reply
 
@@ -33,6 +34,7 @@ class Screen:
         self._redraw = redraw_prompt
         self._lock = threading.RLock()
         self._prompt_shown = False
+        self._prompt = PROMPT
 
     def write(self, lines: list[str]) -> None:
         with self._lock:
@@ -40,12 +42,13 @@ class Screen:
                 self._out.write("\r\033[K")  # clear the prompt line, print above it, redraw below
             self._out.write("".join(f"{line}\n" for line in lines))
             if self._prompt_shown and self._redraw:
-                self._out.write(PROMPT + _typed_so_far())
+                self._out.write(self._prompt + _typed_so_far())
             self._out.flush()
 
-    def prompt(self, shown: bool) -> None:
+    def prompt(self, shown: bool, text: str = PROMPT) -> None:
         with self._lock:
             self._prompt_shown = shown
+            self._prompt = text
 
     @property
     def lock(self) -> threading.RLock:
@@ -60,25 +63,16 @@ def _typed_so_far() -> str:
     return readline.get_line_buffer()
 
 
-@dataclass(frozen=True)
-class ConsoleButton:
-    label: str
-    action_id: str
-    value: str
-    confirm: str | None  # the question Slack would ask before pressing, if any
-
-
 @dataclass
 class Message:
     key: str  # the ts for posted messages, "e<N>" for ephemeral replies
     title: str
     lines: list[str]  # one field a line: what an update is compared with
-    buttons: list[ConsoleButton] = field(default_factory=list)
-    ephemeral: bool = False
 
 
 class ConsoleChat:
-    """The Chat port on a Screen. Messages and their buttons are kept for `press` by label."""
+    """The Chat port on a Screen. Messages are kept for their in-place updates, their buttons in a CardDeck
+    for a press by label (bot/console_cards.py)."""
 
     def __init__(self, screen: Screen, uploads: Path, *, user: str) -> None:
         self.screen = screen
@@ -87,27 +81,29 @@ class ConsoleChat:
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
         self._messages: dict[str, Message] = {}
-        self._order: list[str] = []  # message keys, the most recently drawn last
+        self.cards = CardDeck()
 
     # -- the Chat port ---------------------------------------------------------------------------
 
     def post(self, channel: str, text: str, *, blocks: list[dict] | None = None,
              thread_ts: str | None = None) -> str:
-        lines = render.message_lines(text, blocks)
         ts = f"{next(self._counter)}.000100"
+        handle = self._card(ts, text, blocks, ephemeral=False)
+        lines = render.message_lines(text, blocks, handle=handle)
         if thread_ts is not None:
             self.screen.write(render.thread_reply(self._title(thread_ts), lines))
         else:
-            self._remember(Message(ts, render.title_of(lines, ts), _logical(text, blocks), _buttons(blocks)))
+            self._remember(Message(ts, render.title_of(lines, ts), _logical(text, blocks, handle)))
             self.screen.write(render.card(lines) if blocks else lines)
         return ts
 
     def update(self, channel: str, ts: str, text: str, *, blocks: list[dict] | None = None) -> None:
-        logical = _logical(text, blocks)
+        handle = self._card(ts, text, blocks, ephemeral=False)
+        logical = _logical(text, blocks, handle)
         with self._lock:
             old = self._messages.get(ts)
-        self._remember(Message(ts, render.title_of(logical, ts), logical, _buttons(blocks)))
-        self.screen.write(_update_view(old, logical, render.message_lines(text, blocks)))
+        self._remember(Message(ts, render.title_of(logical, ts), logical))
+        self.screen.write(_update_view(old, logical, render.message_lines(text, blocks, handle=handle)))
 
     def post_ephemeral(self, channel: str, user: str, text: str, *, blocks: list[dict] | None = None) -> None:
         self.show(Reply(text=text, blocks=list(blocks or [])))
@@ -123,59 +119,44 @@ class ConsoleChat:
 
     # -- for the console -------------------------------------------------------------------------
 
-    def show(self, reply: Reply, *, replaces: str | None = None) -> None:
+    def show(self, reply: Reply, *, replaces: str | None = None, answered_by: str | None = None) -> None:
         """A handler's answer. It replaces the ephemeral card it came from, as Slack's respond() does."""
         if replaces is not None:
-            self.retire(replaces)
-        lines = render.message_lines(reply.text, reply.blocks)
-        buttons = _buttons(reply.blocks)
-        if buttons:
-            key = f"e{next(self._counter)}"
-            self._remember(Message(key, render.title_of(lines, key), _logical(reply.text, reply.blocks), buttons,
-                                   ephemeral=True))
-        boxed = reply.blocks and (buttons or reply.blocks[0].get("type") == "header")
+            self.retire(replaces, answered_by=answered_by)
+        key = f"e{next(self._counter)}"
+        handle = self._card(key, reply.text, reply.blocks, ephemeral=True)
+        lines = render.message_lines(reply.text, reply.blocks, handle=handle)
+        boxed = reply.blocks and (handle or reply.blocks[0].get("type") == "header")
         self.screen.write(render.card(lines) if boxed else lines)
 
     def say(self, *lines: str) -> None:
         self.screen.write(list(lines))
 
-    def find(self, label: str, target: str = "") -> tuple[Message, ConsoleButton] | None:
-        """The newest message with a button labelled ``label`` (and, if given, naming ``target``)."""
-        wanted = label.strip().lower()
-        with self._lock:
-            candidates = [self._messages[key] for key in reversed(self._order)]
-        for message in candidates:
-            for button in message.buttons:
-                if button.label.lower() != wanted:
-                    continue
-                if not target or target in message.title or target in button.value:
-                    return message, button
-        return None
+    def find(self, label: str, target: str = "") -> Press | NotPressed | None:
+        """What typing ``label`` (naming ``target``) presses: bot/console_cards.py."""
+        return self.cards.find(label, target)
 
     def labels(self) -> list[str]:
-        """The labels that can be pressed now, newest card first, each once."""
-        with self._lock:
-            seen: dict[str, None] = {}
-            for key in reversed(self._order):
-                for button in self._messages[key].buttons:
-                    seen.setdefault(button.label.lower(), None)
-        return list(seen)
+        """The labels the newest card can be pressed by now."""
+        return self.cards.labels()
 
-    def retire(self, key: str) -> None:
+    def retire(self, key: str, *, answered_by: str | None = None) -> None:
         """Its buttons can no longer be pressed (the card was answered or replaced)."""
-        with self._lock:
-            message = self._messages.get(key)
-            if message is not None:
-                message.buttons = []
+        self.cards.retire(key, answered_by=answered_by)
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _card(self, key: str, text: str, blocks: list[dict[str, Any]] | None, *, ephemeral: bool) -> str | None:
+        """Its buttons remembered for a press by label; its handle when it is a card."""
+        buttons = _buttons(blocks)
+        if not buttons and self.cards.handle_of(key) is None:
+            return None
+        title = render.title_of(render.message_lines(text, blocks, columns=False), key)
+        return self.cards.remember(key, title, buttons, ephemeral=ephemeral)
 
     def _remember(self, message: Message) -> None:
         with self._lock:
             self._messages[message.key] = message
-            if message.key in self._order:
-                self._order.remove(message.key)
-            self._order.append(message.key)
 
     def _title(self, ts: str | None) -> str:
         with self._lock:
@@ -215,8 +196,8 @@ def _confirm_text(confirm: Any) -> str | None:
     return " ".join(part for part in (title, text) if part) or None
 
 
-def _logical(text: str, blocks: list[dict[str, Any]] | None) -> list[str]:
-    return render.message_lines(text, blocks, columns=False)
+def _logical(text: str, blocks: list[dict[str, Any]] | None, handle: str | None = None) -> list[str]:
+    return render.message_lines(text, blocks, columns=False, handle=handle)
 
 
 def _update_view(old: Message | None, logical: list[str], lines: list[str]) -> list[str]:

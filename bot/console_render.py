@@ -24,8 +24,11 @@ THREAD_FIRST = "    ↳ "
 THREAD_MORE = "      "
 FIELD_COLUMN = 38  # two fields share a line when both fit in this many characters
 CODE_INDENT = "  "
+#: After a card's buttons: its short name, which an older card is pressed by (`launch c2`).
+HANDLE = "  · card {handle}"
 
-#: The emoji the handlers put in texts, as one symbol a terminal shows; any other :name: is left as is.
+#: The emoji the handlers put in texts, as one symbol a terminal shows (tests/bot/test_console_render.py finds
+#: every one the texts write); any other shortcode is left as is.
 EMOJI = {
     "white_check_mark": "✔",
     "heavy_check_mark": "✔",
@@ -45,6 +48,10 @@ EMOJI = {
     "moneybag": "$",
     "money_with_wings": "$",
     "chart_with_downwards_trend": "📉",
+    "rewind": "⏪",
+    "new": "🆕",
+    "heavy_minus_sign": "➖",
+    "speech_balloon": "💬",
 }
 
 _LINK = re.compile(r"<([^<>|]+)(?:\|([^<>]*))?>")
@@ -64,6 +71,11 @@ def mrkdwn(text: str) -> str:
     text = _EMOJI.sub(lambda m: EMOJI.get(m.group(1), m.group(0)), text)
     for pattern in (_BOLD, _ITALIC, _STRIKE):
         text = pattern.sub(r"\1", text)
+    return unescape(text)
+
+
+def unescape(text: str) -> str:
+    """Slack's three entities as the characters Slack shows for them (in code blocks too)."""
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
 
 
@@ -86,8 +98,8 @@ def text_lines(text: str) -> list[str]:
     """mrkdwn that may hold ``` fences: code lines indented, the rest converted."""
     lines: list[str] = []
     for number, part in enumerate(text.split(_FENCE)):
-        if number % 2:  # inside a fence: verbatim
-            lines += [CODE_INDENT + line for line in part.strip("\n").splitlines()]
+        if number % 2:  # inside a fence: verbatim, but for the entities Slack shows as characters
+            lines += [CODE_INDENT + unescape(line) for line in part.strip("\n").splitlines()]
         elif part.strip():
             lines += [line.rstrip() for line in mrkdwn(part.strip("\n")).splitlines()]
     return lines
@@ -181,14 +193,22 @@ def _text_of(obj: Any) -> str:
 # ---------------------------------------------------------------- messages
 
 
-def message_lines(text: str, blocks: Sequence[Block] | None, *, columns: bool = True) -> list[str]:
+def message_lines(text: str, blocks: Sequence[Block] | None, *, columns: bool = True,
+                  handle: str | None = None) -> list[str]:
     """A message's body: its blocks, or its fallback text when it has none. Without ``columns`` every
-    field has a line of its own (what an update is compared on: a longer value never moves another)."""
+    field has a line of its own (what an update is compared on: a longer value never moves another).
+    ``handle``: the card's short name, shown after its last buttons (what names it: `launch c2`)."""
     if not blocks:
         return text_lines(text) or [""]
     lines: list[str] = []
+    last_buttons = -1
     for block in blocks:
-        lines += block_lines(block, columns=columns)
+        drawn = block_lines(block, columns=columns)
+        if block.get("type") == "actions" and drawn and drawn[-1]:
+            last_buttons = len(lines) + len(drawn) - 1
+        lines += drawn
+    if handle and last_buttons >= 0:
+        lines[last_buttons] += HANDLE.format(handle=handle)
     return [line for line in lines if line.strip()] or text_lines(text) or [""]
 
 

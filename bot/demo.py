@@ -7,24 +7,35 @@ wall time next to the forecast of this run (one attempt: the spot job's second a
 attempts (the spot job has two), the headline metrics, what SageMaker would have charged for this run's
 billable seconds at the plan's prices, the forecast of the full-size run on SageMaker, and the spot
 savings (1 - billable / training seconds). Exit 0 when all three completed, 1 otherwise.
+
+The demo runs in a home of its own (a new folder under the system's temporary directory, with a SQLite store
+of its own), never in the person's TRAINBOT_HOME or TRAINBOT_DATABASE_URL: their schedules do not fire
+during it, their jobs are not watched by it, and its table reports its own three jobs (issue 35.3). The
+tiny model and data already built in TRAINBOT_HOME are linked in, not built again.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from bot import console_render as render
 from bot.console import Console, tune_for_terminal
 from bot.console_chat import Screen
+from jobs.backends.local.offline_assets import ASSETS_VERSION
 from jobs.lifecycle.forecasts import forecast_of
 from jobs.lineage import LineageStatus
 from jobs.planning.forecast import about_duration, forecast
 from jobs.planning.forecast import summary as forecast_summary
 from jobs.planning.prices import usd
 from jobs.reporting.reports import JobReport, build_report, with_forecast
+from jobs.settings import Settings
 
 if TYPE_CHECKING:
     from bot.wiring import Runtime
@@ -51,6 +62,30 @@ class Outcome:
     wall_seconds: float
     report: JobReport | None
     planned: str  # the forecast of the full-size run on SageMaker, in words
+
+
+def demo_home(settings: Settings) -> Path:
+    """A new home for one demo, with the assets the person's home has built linked in."""
+    home = Path(tempfile.mkdtemp(prefix="trainbot-demo-")).resolve()
+    built = settings.trainbot_home / "assets" / ASSETS_VERSION
+    if (built / "READY").exists():
+        shutil.copytree(built, home / "assets" / ASSETS_VERSION, copy_function=_link_or_copy)
+    return home
+
+
+def demo_settings(settings: Settings, home: Path) -> Settings:
+    """The person's settings in the demo's home: its own store, no Slack, no events queue, no recipes file."""
+    return settings.model_copy(update={
+        "trainbot_home": home, "trainbot_database_url": "", "trainbot_backend": "local", "trainbot_events_queue": "",
+        "trainbot_recipes_file": None, "slack_bot_token": None, "slack_app_token": None, "slack_signing_secret": None,
+    })
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    try:
+        os.link(source, destination)
+    except OSError:  # another file system
+        shutil.copy2(source, destination)
 
 
 def run_demo(runtime: Runtime, *, stdout: TextIO | None = None) -> int:

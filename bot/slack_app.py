@@ -152,7 +152,8 @@ class SlackSurface:
         def listener(ack: Ack, body: dict[str, Any], respond: Respond, context: BoltContext) -> None:
             asked = self.context(body.get("user_id", ""), body.get("channel_id", ""), body=body, bolt=context)
             # Its response_url answers later, also where the bot cannot post (a DM between people).
-            ctx = dataclasses.replace(asked, answer=lambda later: self._respond(asked, later, respond))
+            ctx = dataclasses.replace(asked, answer=lambda later: self._respond(asked, later, respond),
+                                      conversation=str(body.get("channel_name") or ""))
             command, text = body.get("command", ""), body.get("text", "") or ""
             note = train.resolving_note(ctx, text) if command == TRAIN_COMMAND else None
             if note is not None:  # the card waits on a git host: Slack waits 3 s for the ack

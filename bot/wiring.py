@@ -388,7 +388,13 @@ def _build_backend(settings: Settings, clock: Clock, *, force_local: bool, trust
 
 
 def _build_schedules(runtime: Runtime) -> Any:
-    return build_schedule_service(runtime.store, runtime.jobs, runtime.settings, runtime.clock)
+    service = build_schedule_service(runtime.store, runtime.jobs, runtime.settings, runtime.clock)
+
+    def endpoint_tasks() -> dict[str, str]:  # read when a schedule is added: the endpoints are built after this
+        return {e.name: e.task for e in runtime.endpoints.list()} if runtime.endpoints is not None else {}
+
+    service.endpoint_tasks = endpoint_tasks
+    return service
 
 
 def _build_events(runtime: Runtime) -> Any:

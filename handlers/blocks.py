@@ -32,6 +32,9 @@ MAX_ID = 255
 MAX_FALLBACK_TEXT = 3000  # the top-level `text` (notifications); Slack truncates past 40,000
 MAX_PRIVATE_METADATA = 3000
 MAX_INPUT = 3000  # a plain_text_input's max_length and initial_value
+MAX_CONFIRM_TITLE = 100
+MAX_CONFIRM_TEXT = 300
+MAX_CONFIRM_BUTTON = 30
 ELLIPSIS = "…"
 
 Block = dict[str, Any]
@@ -115,6 +118,16 @@ def button(label: str, action_id: str, value: str = "", *, style: str | None = N
     if url:
         element["url"] = url
     return element
+
+
+def confirm(title: str, text: str, *, yes: str, no: str, danger: bool = True) -> Block:
+    """A button's confirmation dialog (Slack asks before the press is sent): a title of 100 characters, a text
+    of 300, buttons of 30."""
+    dialog: Block = {"title": plain(title, MAX_CONFIRM_TITLE), "text": plain(text, MAX_CONFIRM_TEXT),
+                     "confirm": plain(yes, MAX_CONFIRM_BUTTON), "deny": plain(no, MAX_CONFIRM_BUTTON)}
+    if danger:
+        dialog["style"] = "danger"
+    return dialog
 
 
 def actions(buttons: Sequence[Block], *, block_id: str | None = None) -> Block:

@@ -15,12 +15,14 @@ from jobs.lifecycle.progress import LiveProgress
 from jobs.lineage import Attempt, Lineage
 from jobs.planning.batch import change_words, stored_batch, used_batch
 from jobs.planning.forecast import Forecast, summary
+from jobs.planning.max_run import advice_words, max_run_advice
 from jobs.planning.own_code import SPOT_RESUME_NOTE
 from jobs.planning.plan import code_label
 from jobs.planning.plan_text import own_checkpoint_line
 from jobs.planning.prices import cost_of, usd
 from jobs.planning.pricing import CostEstimate
 from jobs.planning.spec import JobSpec
+from jobs.wording import counted
 
 ACTION_LAUNCH = "train.launch"
 ACTION_EDIT = "train.edit"
@@ -65,15 +67,23 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
     return pairs
 
 
+def _price_line(cost: CostEstimate, instance: str, count: int) -> str:
+    if cost.spot_hourly_usd is not None:
+        return texts.PLAN_PRICE_SPOT.format(spot=usd(cost.spot_hourly_usd), on_demand=usd(cost.hourly_usd),
+                                            count=count, instance=instance)
+    return texts.PLAN_PRICE.format(on_demand=usd(cost.hourly_usd), count=count, instance=instance)
+
+
 def cost_lines(cost: CostEstimate, max_job_usd: float | None, forecast: Forecast | None = None,
-               count: int = 1) -> list[str]:
+               count: int = 1, planned_type: str = "") -> list[str]:
+    """Money, one thing a line: the forecast, the price an hour now, the worst case, the cap, what spot saves."""
     lines = []
     if forecast is not None:
         lines.append(texts.PLAN_FORECAST.format(summary=summary(forecast), basis=forecast.basis)
                      if forecast.seconds is not None else texts.PLAN_NO_FORECAST.format(reason=forecast.basis))
+    lines.append(_price_line(cost, planned_type, count))
     lines.append(texts.PLAN_COST.format(worst=usd(cost.worst_case_usd), attempts=cost.attempts,
-                                        instance=cost.dearest_type, count=count,
-                                        hourly=usd(cost.spot_hourly_usd or cost.hourly_usd)))
+                                        instance=cost.dearest_type, count=count))
     if cost.capped_by_usd is not None:
         lines.append(texts.PLAN_CAPPED.format(cap=usd(cost.capped_by_usd)))
     if cost.spot_hourly_usd is not None and cost.spot_savings_pct is not None:
@@ -101,11 +111,14 @@ def _spot_comparison(cost: CostEstimate, forecast: Forecast | None) -> tuple[flo
 def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, scaling_note: str | None,
               max_job_usd: float | None, spot_pct_if_on: float | None = None,
               forecast: Forecast | None = None, run_forecast: Forecast | None = None,
-              in_dm: bool = False) -> list[bk.Block]:
+              in_dm: bool = False, from_dm: bool = False) -> list[bk.Block]:
     """The ephemeral card /train answers with: spec, forecast, cost, spot savings, the backend's note, buttons.
     ``in_dm``: the bot cannot post where the card was asked for, so Launch carries the job in a DM."""
     title = texts.PLAN_TITLE.format(model=spec.model_label, count=spec.instance_count, instance=spec.instance_type)
-    lines = cost_lines(cost, max_job_usd, forecast, spec.instance_count)
+    lines = cost_lines(cost, max_job_usd, forecast, spec.instance_count, spec.instance_type)
+    advice = max_run_advice(spec, forecast)
+    if advice is not None:  # SageMaker would stop it at max_run: said right under the forecast
+        lines.insert(1, f":warning: {advice_words(advice)}")
     if spec.own_code:  # what the team's script saves, and what the spot entry adds to its Trainer
         lines.append(own_checkpoint_line(spec))
     elif spec.checkpoint_minutes is not None:
@@ -122,8 +135,8 @@ def plan_card(spec: JobSpec, cost: CostEstimate, *, command: str, value: str, sc
             scaling_note += texts.PLAN_RUN_FORECAST.format(summary=summary(run_forecast), basis=run_forecast.basis)
         body.append(bk.context(texts.PLAN_SCALING.format(note=bk.escape(scaling_note))))
     launch = texts.BUTTON_LAUNCH_DM if in_dm else texts.BUTTON_LAUNCH
-    if in_dm:
-        body.append(bk.context(texts.PLAN_IN_DM.format(button=launch)))
+    if in_dm:  # where the job will post, said before Launch
+        body.append(bk.context((texts.PLAN_FROM_DM if from_dm else texts.PLAN_IN_DM).format(button=launch)))
     body.append(bk.actions([
         bk.button(launch, ACTION_LAUNCH, value, style="primary"),
         bk.button(texts.BUTTON_EDIT, ACTION_EDIT, value),
@@ -202,8 +215,7 @@ def launch_card(lineage: Lineage, *, forecast: Forecast | None = None,
         pairs.append((texts.CARD_FIELDS["progress"], progress_value(live)))
     pairs += [
         (texts.CARD_FIELDS["instances"], f"{lineage.spec.instance_count} x {lineage.spec.instance_type}"),
-        (texts.CARD_FIELDS["cost"], billed(live.cost_so_far_usd if running and live else cost_so_far(lineage),
-                                           lineage.backend)),
+        (texts.CARD_FIELDS["cost"], usd(live.cost_so_far_usd if running and live else cost_so_far(lineage))),
     ]
     forecast, moved_to = current_forecast(lineage, forecast)
     if forecast is not None and forecast.seconds is not None:
@@ -216,7 +228,7 @@ def launch_card(lineage: Lineage, *, forecast: Forecast | None = None,
     ]
     body: list[bk.Block] = [bk.header(texts.CARD_TITLE.format(lineage=lineage.id))]
     body.append(bk.context(f"{bk.escape(lineage.spec.model_label)} on {bk.escape(lineage.spec.data_label)}",
-                           texts.CARD_THREAD_HINT))
+                           texts.CARD_THREAD_HINT, texts.LOCAL_PRICES_NOTE if lineage.backend == "local" else ""))
     body += bk.fields(pairs)
     buttons = card_buttons(lineage)
     if buttons:
@@ -250,14 +262,28 @@ def card_buttons(lineage: Lineage) -> list[bk.Block]:
 
 
 def stop_button(lineage_id: str) -> bk.Block:
+    """Stop, with Slack's question naming the job it stops."""
     element = bk.button(texts.BUTTON_STOP, ACTION_STOP, lineage_id, style="danger")
-    element["confirm"] = {
-        "title": bk.plain(texts.CONFIRM_STOP_TITLE, 100),
-        "text": bk.plain(texts.CONFIRM_STOP_TEXT, 300),
-        "confirm": bk.plain(texts.CONFIRM_STOP_YES, 30),
-        "deny": bk.plain(texts.CONFIRM_NO, 30),
-        "style": "danger",
-    }
+    element["confirm"] = bk.confirm(texts.CONFIRM_STOP_TITLE.format(lineage=lineage_id), texts.CONFIRM_STOP_TEXT,
+                                    yes=texts.CONFIRM_STOP_YES, no=texts.CONFIRM_NO)
+    return element
+
+
+def undeploy_button(endpoint: str, hourly: str) -> bk.Block:
+    """Undeploy, with Slack's question naming the endpoint and what it costs."""
+    element = bk.button(texts.BUTTON_UNDEPLOY, ACTION_UNDEPLOY, endpoint, style="danger")
+    element["confirm"] = bk.confirm(texts.CONFIRM_UNDEPLOY_TITLE.format(name=endpoint),
+                                    texts.CONFIRM_UNDEPLOY_TEXT.format(name=endpoint, hourly=hourly),
+                                    yes=texts.CONFIRM_UNDEPLOY_YES, no=texts.CONFIRM_KEEP)
+    return element
+
+
+def rollback_button(label: str, value: str, endpoint: str, serving: str) -> bk.Block:
+    """Rollback, with Slack's question naming the endpoint and the model that stops serving."""
+    element = bk.button(label, ACTION_ROLLBACK, value, style="danger")
+    element["confirm"] = bk.confirm(texts.CONFIRM_ROLLBACK_TITLE.format(name=endpoint),
+                                    texts.CONFIRM_ROLLBACK_TEXT.format(name=endpoint, lineage=serving),
+                                    yes=texts.CONFIRM_ROLLBACK_YES, no=texts.CONFIRM_KEEP)
     return element
 
 
@@ -344,7 +370,7 @@ def _cost_pairs(report: dict[str, Any]) -> list[tuple[str, str]]:
     if report.get("code"):
         pairs.append((texts.REPORT_CODE, bk.escape(str(report["code"]))))
     if isinstance(report.get("cost_usd"), int | float):
-        cost = billed(float(report["cost_usd"]), report.get("backend"))
+        cost = usd(float(report["cost_usd"]))  # a local run's summary above says it is free here, once
         on_demand = report.get("on_demand_usd")
         if isinstance(on_demand, int | float) and report.get("spot_savings"):
             cost += f" (on demand: {usd(float(on_demand))})"
@@ -365,7 +391,7 @@ def _cost_pairs(report: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _resume_words(attempt: dict[str, Any]) -> str:
     redone = attempt.get("steps_redone")
-    lost = f"{redone} steps redone" if isinstance(redone, int) else "later steps redone"
+    lost = f"{counted(redone, 'step')} redone" if isinstance(redone, int) else "later steps redone"
     return texts.REPORT_RESUMED_VALUE.format(number=attempt.get("number"), step=attempt["resumed_from_step"], lost=lost)
 
 

@@ -82,6 +82,12 @@ def run_waiting_on_code(services: Services, user: str, work: Callable[[], None])
         services.run_on_code_host(user, work)
 
 
+#: Slack's channel_name of a slash command typed in a DM (between people, or with the bot).
+DIRECT = "directmessage"
+#: Slack's channel_name of a slash command typed in a private channel the bot is not a member of.
+NOT_A_MEMBER = "privategroup"
+
+
 @dataclass(frozen=True)
 class CommandContext:
     actor: Actor
@@ -92,6 +98,9 @@ class CommandContext:
     # The surface's way to answer the person after the ack where the conversation itself may take nothing
     # from the bot (Slack: the action's response_url); None: an ephemeral post in the channel.
     answer: Callable[[Reply], None] | None = None
+    # What kind of conversation the command came from, where the surface says (Slack's channel_name: DIRECT for a
+    # DM, NOT_A_MEMBER for a private channel the bot is not in); "" where it does not.
+    conversation: str = ""
 
     def tell(self, text: str) -> None:
         """Tell the person after the ack: through the surface's answer where it has one (it reaches them

@@ -18,7 +18,7 @@ from handlers.context import CommandContext, run_telling_failures
 from jobs.endpoints import texts as endpoint_texts
 from jobs.endpoints.service import DeployPlan
 from jobs.errors import BadInput, TrainbotError
-from jobs.planning.grammar import normalize_slack_text
+from jobs.planning.grammar import plain_punctuation
 from jobs.planning.prices import hourly_usd, usd
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ def _service(ctx: CommandContext) -> Any:
 
 def _words(text: str) -> list[str]:
     try:
-        return shlex.split(normalize_slack_text(text))
+        return shlex.split(plain_punctuation(text))
     except ValueError:
         raise BadInput(
             'The command has an unbalanced quote: close it, e.g. question="What is it?".'

@@ -176,8 +176,9 @@ def _endpoints(services: Services, actor: Actor, shown: int, surface: bk.Surface
             name=bk.escape(endpoint.name), status=endpoint.status.value.replace("_", " "), where=endpoint.where,
             hourly="per request" if hourly is None else f"{usd(hourly)}/h", lineage=source)))
         if lineage is not None and _may_manage(services, actor, lineage):
-            blocks.append(bk.actions([bk.button(texts.BUTTON_UNDEPLOY, cards.ACTION_UNDEPLOY, endpoint.name,
-                                                style="danger")], block_id=f"home.endpoint.{endpoint.name}"))
+            blocks.append(bk.actions([cards.undeploy_button(endpoint.name, "per request" if hourly is None else
+                                                            f"{usd(hourly)}/h")],
+                                     block_id=f"home.endpoint.{endpoint.name}"))
     note = texts.HOME_MORE_ENDPOINTS_TAB if surface is bk.MESSAGE and shown < ENDPOINTS_SHOWN \
         else texts.HOME_MORE_ENDPOINTS
     more = bk.more(len(live) - shown, note)

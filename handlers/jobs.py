@@ -50,7 +50,7 @@ def _stop(ctx: CommandContext, ref: str) -> Reply:
     lineage = services.jobs.get(ref)
     services.jobs.policy.check_can_manage(ctx.actor, lineage, verb="stop")
     if lineage.status.is_terminal():
-        raise InvalidState(texts.ALREADY_ENDED.format(lineage=lineage.id, status=lineage.status.value))
+        raise InvalidState(texts.ALREADY_ENDED.format(lineage=lineage.id, status=lineage.status.phrase()))
     services.run_later(lambda: stop_now(ctx, lineage.id))
     return Reply(text=texts.STOPPING.format(lineage=lineage.id))
 

@@ -22,7 +22,7 @@ from jobs.endpoints import texts as endpoint_texts
 from jobs.endpoints.history import render_history
 from jobs.endpoints.promotion_plan import PromotionPlan, Side
 from jobs.errors import BadInput
-from jobs.planning.grammar import normalize_slack_text
+from jobs.planning.grammar import plain_punctuation
 from jobs.planning.prices import usd
 from jobs.registry import text as registry_text
 from jobs.releases import texts as release_texts
@@ -49,12 +49,25 @@ KINDS = (release_texts.RELEASE, endpoint_texts.ENDPOINT_PROMOTED, endpoint_texts
 
 
 def promote_card(plan: PromotionPlan) -> list[bk.Block]:
-    """The current and the new model side by side: lineage, package, metrics, instances, cost an hour."""
+    """The current and the new model side by side: lineage, package, metrics, instances, cost an hour. A new
+    model that is worse on a quality metric is said so, and its Promote button asks first (Slack's confirm)."""
     blocks = [bk.section(bk.escape(plan.headline())), *bk.fields(_pairs(plan.current, plan.new))]
     if plan.framework_note:
         blocks.append(bk.context(f":information_source: {bk.escape(plan.framework_note)}"))
-    blocks.append(bk.actions([bk.button(BUTTON_PROMOTE, cards.ACTION_PROMOTE, plan.button_value(), style="primary")]))
+    worse = plan.regression_sentence()
+    if worse:
+        blocks.append(bk.context(f":warning: {bk.escape(worse)}"))
+    blocks.append(bk.actions([promote_button(plan)]))
     return blocks
+
+
+def promote_button(plan: PromotionPlan) -> bk.Block:
+    worse = plan.regression_sentence()
+    element = bk.button(BUTTON_PROMOTE, cards.ACTION_PROMOTE, plan.button_value(), style="danger" if worse else "primary")
+    if worse:
+        element["confirm"] = bk.confirm(endpoint_texts.PROMOTE_CONFIRM_TITLE, worse,
+                                        yes=endpoint_texts.PROMOTE_CONFIRM_YES, no=endpoint_texts.PROMOTE_CONFIRM_NO)
+    return element
 
 
 def _pairs(current: Side, new: Side) -> list[tuple[str, str]]:
@@ -97,6 +110,9 @@ def on_promote(ctx: CommandContext, value: str) -> Reply | None:
     options = fields.get("options") if isinstance(fields.get("options"), dict) else {}
     plan = _promotions(ctx).plan(str(fields["job"]), str(fields["endpoint"]),
                                  options={str(k): str(v) for k, v in (options or {}).items()}, actor=ctx.actor)
+    worse = plan.regression_sentence()
+    if worse and fields.get("ok") != 1:  # a button that did not ask (a schedule's line): a second step asks
+        return Reply(text=endpoint_texts.PROMOTE_ASKS_FIRST.format(sentence=worse), blocks=promote_card(plan))
 
     def promote() -> None:
         _promotions(ctx).promote(plan, actor=ctx.actor)
@@ -181,7 +197,7 @@ def render(kind: str, payload: dict[str, Any]) -> tuple[str, list[bk.Block]]:
         blocks.append(bk.actions([bk.button(BUTTON_PROMOTE, cards.ACTION_PROMOTE, value, style="primary")]))
     elif kind == endpoint_texts.ENDPOINT_PROMOTED and endpoint and payload.get("revision") or kind == release_texts.RELEASE and payload.get("revision") and endpoint:
         value = json.dumps({"endpoint": endpoint, "revision": int(payload["revision"])}, separators=(",", ":"))
-        blocks.append(bk.actions([bk.button(BUTTON_ROLLBACK, cards.ACTION_ROLLBACK, value, style="danger")]))
+        blocks.append(bk.actions([cards.rollback_button(BUTTON_ROLLBACK, value, endpoint, lineage or "the model now")]))
     return bk.fallback(text), blocks
 
 
@@ -208,6 +224,6 @@ def _decode(value: str, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def _words(text: str) -> list[str]:
     try:
-        return shlex.split(normalize_slack_text(text))
+        return shlex.split(plain_punctuation(text))
     except ValueError:
         raise BadInput("The command has an unbalanced quote: close it.") from None

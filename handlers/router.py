@@ -31,6 +31,7 @@ from handlers import (
 from handlers.chat import Reply
 from handlers.context import CommandContext
 from jobs.errors import PermissionDenied, TrainbotError
+from jobs.planning.grammar import normalize_slack_text, plain_punctuation
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +77,13 @@ SLASH_COMMANDS = tuple(f"/{name}" for name in COMMANDS)
 
 
 def run_command(ctx: CommandContext, name: str, text: str) -> Reply:
+    """``text`` as Slack sends it (the console escapes what is typed as Slack does): read here, once, for every
+    command alike (curly quotes, em-dashes, Slack's &lt; &gt; &amp;), so no handler reads it again."""
     name = name.lstrip("/").lower()
     handler = COMMANDS.get(name)
     if handler is None:
         return Reply(text=texts.UNKNOWN_COMMAND.format(name=bk.escape(bk.truncate(name, 80))))
+    text = normalize_slack_text(text)
     try:
         _check_access(ctx)
         return handler(ctx, text)
@@ -103,6 +107,7 @@ def run_submission(ctx: CommandContext, callback_id: str, values: dict[str, str]
     handler = SUBMISSIONS.get(callback_id)
     if handler is None:
         return Reply(text=texts.UNKNOWN_ACTION)
+    values = {name: plain_punctuation(value) for name, value in values.items()}  # a modal's text is not escaped
     try:
         _check_access(ctx)
         return handler(ctx, values)

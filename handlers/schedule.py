@@ -17,7 +17,8 @@ HELP = (
     '- /schedule add NAME cron="0 2 * * *" [tz=Europe/Berlin] [overlap=skip|queue] [threshold=1] '
     "[endpoint=NAME [deploy_if_better=yes]] <train arguments, e.g. distilbert-spot data=s3://bucket/fresh/ or "
     "revision=v2>: each run is compared with the previous one; endpoint= offers it to that endpoint with a "
-    "Promote button, and deploy_if_better=yes promotes a better one without a click\n"
+    "Promote button, and deploy_if_better=yes promotes a better one without a click. An endpoint that serves "
+    "another task is refused; one that does not exist yet is taken with a warning (deploy a run there to make it)\n"
     "- /schedule list\n"
     "- /schedule pause|resume|remove NAME\n"
     "- /schedule run NAME (now)"
@@ -26,6 +27,8 @@ NOT_SET_UP = "Schedules are not set up on this bot yet."
 USAGE_NAME = "Usage: /schedule {verb} NAME; /schedule list shows the names."
 UNKNOWN_VERB = "Unknown /schedule command {verb!r}: use add, list, pause, resume, remove or run (or help)."
 ADDED = "Schedule {name} added: cron {cron!r} ({tz}), next run {next_run}; it trains on {data}."
+ENDPOINT_AUTO = "A run better than the one before is promoted into {endpoint} without a click."
+ENDPOINT_OFFER = "Each run is offered to {endpoint} with a Promote button."
 DONE = {"pause": "Schedule {name} paused.", "resume": "Schedule {name} resumed; next run {next_run}.",
         "remove": "Schedule {name} removed."}
 STARTING = "Starting schedule {name} now; its card follows in this channel."
@@ -71,6 +74,11 @@ def _add(ctx: CommandContext, schedules: ScheduleService, name: str, args: str) 
     schedule = schedules.add_from_text(name, args, actor=ctx.actor, channel=ctx.channel_id)
     text = ADDED.format(name=schedule.name, cron=schedule.cron, tz=schedule.tz,
                         next_run=schedule.next_run_text(), data=schedule.data_text())
+    if schedule.endpoint:
+        text += " " + (ENDPOINT_AUTO if schedule.deploy_if_better else ENDPOINT_OFFER).format(endpoint=schedule.endpoint)
+    warning = schedules.endpoint_warning(schedule)
+    if warning:
+        text += f"\n:warning: {bk.escape(warning)}"
     return Reply(text=text, ephemeral=False)
 
 

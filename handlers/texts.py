@@ -5,6 +5,8 @@ Formatting helpers take plain values; nothing here touches the store, the backen
 
 from __future__ import annotations
 
+from jobs.wording import Counted
+
 # ---------------------------------------------------------------- errors and refusals
 UNEXPECTED_ERROR = "Something went wrong on our side; it has been logged. Try again in a minute."
 UNKNOWN_COMMAND = "Unknown command {name}: try /train help."
@@ -13,11 +15,14 @@ NOT_AVAILABLE = "{feature} is not set up on this bot yet."
 STALE_BUTTON = "That card has expired; run /train again to get a fresh one."
 USAGE_JOB = "Usage: /job ID (a lineage id or a SageMaker job name). /jobs lists them."
 USAGE_STOP = "Usage: /stop ID (a lineage id or a SageMaker job name). /jobs lists them."
-ALREADY_ENDED = "{lineage} has already ended ({status}); there is nothing to stop."
+ALREADY_ENDED = "{lineage} has already ended (it {status}); there is nothing to stop."
 CHAT_NEEDS_RETRY = "The chat did not take a message; it will be retried."
 
 # ---------------------------------------------------------------- /train and the plan card
 PLAN_TITLE = "Plan: {model} on {count} x {instance}"
+HELP_TITLE = "/train help"
+HELP_CONTINUED = "{title} (continued)"
+HELP_FALLBACK = "{usage}. {key}"
 PLAN_FALLBACK = "Plan for {model} on {count} x {instance}: {likely}. Press Launch to start it."
 PLAN_FALLBACK_WORST = "at most {worst}"
 PLAN_FORECAST = "Forecast: {summary} ({basis})."
@@ -25,8 +30,10 @@ PLAN_NO_FORECAST = "Forecast: none, {reason}."
 PLAN_RUN_FORECAST = "; this run: {summary} ({basis})"
 PLAN_SPOT = "Managed spot: about {spot_cost} instead of {on_demand_cost} on demand (saves ~{pct:.0f}%, {saved})."
 PLAN_SPOT_OFF = "On demand. With spot=yes it would cost about {pct:.0f}% less (checkpoints make it resumable)."
-PLAN_COST = ("Worst case {worst}: {attempts} attempts of max_run on {count} x {instance} at on-demand prices "
-             "({hourly}/h for all instances now).")
+PLAN_COST = Counted("Worst case {worst}: {attempts:attempt} of max_run on {count} x {instance} at on-demand prices.")
+#: The price an hour now, all instances together: once, on its own line.
+PLAN_PRICE_SPOT = "Price: about {spot}/h at spot for {count} x {instance} ({on_demand}/h on demand)."
+PLAN_PRICE = "Price: {on_demand}/h on demand for {count} x {instance}."
 PLAN_CAPPED = "Relaunches stop at the per-job cap of {cap}."
 PLAN_BUDGET = "Per-job cap {cap}."
 PLAN_SCALING = ":information_source: {note}"
@@ -40,10 +47,18 @@ BUTTON_EDIT = "Edit"
 BUTTON_CANCEL = "Cancel"
 BUTTON_STOP = "Stop"
 BUTTON_DEPLOY = "Deploy"
-CONFIRM_STOP_TITLE = "Stop this job?"
+CONFIRM_STOP_TITLE = "Stop {lineage}?"
 CONFIRM_STOP_TEXT = "The container gets SIGTERM and 120 s to save a checkpoint; billing stops when it ends."
 CONFIRM_STOP_YES = "Stop it"
 CONFIRM_NO = "Keep running"
+CONFIRM_KEEP = "Keep it"
+CONFIRM_UNDEPLOY_TITLE = "Undeploy {name}?"
+CONFIRM_UNDEPLOY_TEXT = ("The endpoint {name} and its config are deleted ({hourly} stops); the model is kept. "
+                         "Applications calling {name} get errors until it is deployed again.")
+CONFIRM_UNDEPLOY_YES = "Undeploy it"
+CONFIRM_ROLLBACK_TITLE = "Roll {name} back?"
+CONFIRM_ROLLBACK_TEXT = "{name} goes back, in place, to the model it served before {lineage}; {lineage}'s model package is rejected."
+CONFIRM_ROLLBACK_YES = "Roll it back"
 CANCELLED = "Cancelled: nothing was launched."
 RESOLVING_CODE = "Resolving {source} to its commit… the plan card follows in a moment."
 READING_CODE = "Reading {source}… the plan card follows in a moment."
@@ -61,6 +76,10 @@ BUTTON_LAUNCH_DM = "Launch in DM"
 PLAN_IN_DM = (
     ":warning: I can't post in this conversation, so a job's card and thread can't live here: `/invite @trainbot` "
     "(or run /train in a channel I'm in), or press *{button}* to follow this job in a DM with me."
+)
+PLAN_FROM_DM = (
+    ":speech_balloon: The job's card and thread will be in your DM with trainbot (Slack lets me post in no other DM); "
+    "press *{button}* to start it there."
 )
 LAUNCHING_IN_DM = "Launching {model}: the job card is in your DM with trainbot and its thread has the progress."
 CANNOT_POST_HERE = (
@@ -93,8 +112,10 @@ MODAL_LABELS = {
 CARD_TITLE = "{lineage}"
 CARD_FALLBACK = "{lineage}: {status}"
 CARD_LAUNCHING = "Launching…"
-#: A local run's cost: priced at SageMaker's rates for its instance type and time, billed nothing.
+#: A local run's cost: priced at SageMaker's rates for its instance type and time, billed nothing. A message
+#: says it once (its card's context line, its summary), its figures are plain amounts.
 LOCAL_PRICE = "{cost} on SageMaker (free here)"
+LOCAL_PRICES_NOTE = "A local run: its costs are what SageMaker would bill, free here."
 #: The card's live progress with when it was read: under load a card's refresh stretches, and says so.
 CARD_PROGRESS_AS_OF = "{progress}\n_as of {when}_"
 CARD_FIELDS = {
@@ -166,11 +187,11 @@ ROUTED = {
     "relaunched": ":recycle: *{lineage}* relaunched as {job} (attempt {attempt}, {instance}, {market}{change}) ({who}). {link}",
     "completed": ":white_check_mark: *{lineage}* completed{metrics}, cost {cost} ({who}). {link}",
     "failed": ":x: *{lineage}* failed: {reason} ({who}). {link}",
-    "gave-up": ":warning: *{lineage}*: gave up after {attempts} attempts: {reason} ({who}). {link}",
+    "gave-up": Counted(":warning: *{lineage}*: gave up after {attempts:attempt}: {reason} ({who}). {link}"),
     "regression": ":chart_with_downwards_trend: *{lineage}* (schedule {schedule}) regressed against {previous}: "
                   "{changes} ({who}). {link}",
-    "endpoint-idle": ":money_with_wings: {count} endpoint(s) idle for more than {hours} h: {names}; "
-                     "{total} so far. `/undeploy NAME` stops the cost.",
+    "endpoint-idle": Counted(":money_with_wings: {count:endpoint} idle for more than {hours} h: {names}; "
+                             "{total} so far. `/undeploy NAME` stops the cost."),
 }
 ROUTED_LINK = "<{url}|Thread>"
 ROUTED_NO_THREAD = "(no thread: launched outside a channel)"
@@ -182,7 +203,8 @@ DM = {
     "completed": "Your job *{lineage}* completed{metrics}. Cost {cost}{savings}. {link}",
     "failed": "Your job *{lineage}* failed: {reason}. Cost {cost}. The last log lines are in its thread "
               "(`/logs {lineage}` shows more): {link}",
-    "gave_up": "Trainbot gave up on your job *{lineage}* after {attempts} attempts: {reason}. Cost {cost}. {link}",
+    "gave_up": Counted("Trainbot gave up on your job *{lineage}* after {attempts:attempt}: {reason}. Cost {cost}. "
+                       "{link}"),
     "stopped": "Your job *{lineage}* was stopped{reason}. Cost {cost}. {link}",
 }
 DM_SAVINGS = ", spot savings {savings}"
@@ -193,9 +215,10 @@ NOTIFY_ON = "This channel now gets {events} for {what}."
 NOTIFY_REPLACED = "Your subscription of this channel for {what} now has {events} (it had {old})."
 NOTIFY_OTHERS_KEPT = " The subscriptions of {who} here stay as they are."
 NOTIFY_NO_SCHEDULE = " (No schedule is named {name} yet: it applies once one is.)"
-NOTIFY_OFF = "Removed {count} subscription(s) from this channel."
+NOTIFY_OFF = Counted("Removed {count:subscription} from this channel.")
 NOTIFY_OFF_NONE = "This channel has no subscription{what}; /notify list shows them."
-NOTIFY_OFF_KEPT = " {count} added by someone else stay(s) ({who}): only they or an admin may remove them."
+NOTIFY_OFF_KEPT = Counted(" {count} added by someone else {count:=stays|stay} ({who}): only they or an admin may remove "
+                          "them.")
 NOTIFY_LIST_EMPTY = "This channel has no subscriptions. /notify on subscribes it to failed, gave-up and regression."
 NOTIFY_LIST_HEAD = "This channel's subscriptions:"
 NOTIFY_LIST_LINE = "• {events} for {what} (added by {who})"
@@ -206,12 +229,13 @@ NOTIFY_DM_DEFAULT = "failures and give-ups only (the default; /notify dm on for 
 
 # ---------------------------------------------------------------- /logs and the Logs button
 USAGE_LOGS = "Usage: /logs JOB [N]: the last N lines (default 40, at most 500) of each host's log. /jobs lists the jobs."
-LOGS_FETCHING = "Reading the last {lines} lines of {job}'s log…"
-LOGS_TITLE = "Logs of {job}: last {lines} lines of {hosts} host(s)"
-LOGS_HOST = "*{label}* ({count} lines)"
+LOGS_FETCHING = Counted("Reading the last {lines:line} of {job}'s log…")
+LOGS_TITLE = Counted("Logs of {job}: last {lines:line} of {hosts:host}")
+LOGS_HOST = Counted("*{label}* ({count:line})")
 LOGS_EMPTY = "{job} has no log lines yet."
-LOGS_FILE = "{job}: {count} log lines of {hosts} host(s) are longer than a message; they are in the file {where}."
-LOGS_FILE_TITLE = "Last {lines} lines of {job}'s log ({hosts} host(s))"
+LOGS_FILE = Counted("{job}: {count:log line} of {hosts:host} {count:=is|are} longer than a message; {count:=it is|they are} "
+                    "in the file {where}.")
+LOGS_FILE_TITLE = Counted("Last {lines:line} of {job}'s log ({hosts:host})")
 LOGS_FILE_THREAD = "posted in the job's thread"
 LOGS_FILE_HERE = "posted in this channel"
 LOGS_FAILED = "Could not read the logs of {job}: {reason}"

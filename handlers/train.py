@@ -34,10 +34,18 @@ from typing import Any
 from handlers import blocks as bk
 from handlers import cards, launch_card, texts
 from handlers.chat import ChannelUnreachable, ChatUnavailable, ModalChat, ReachChat, Reply
-from handlers.context import CommandContext, run_waiting_on_code
+from handlers.context import DIRECT, NOT_A_MEMBER, CommandContext, run_waiting_on_code
 from handlers.live import job_card
 from jobs.errors import BadInput, SpecError, TrainbotError
-from jobs.planning.grammar import general_help, help_for, keys, normalize_slack_text, tokenize
+from jobs.planning.grammar import (
+    HELP_KEY,
+    HELP_USAGE,
+    general_help,
+    help_for,
+    help_parts,
+    keys,
+    tokenize,
+)
 from jobs.planning.own_code import display, is_full_commit, parse_code, unpinned_git
 from jobs.planning.plan import LaunchPlan
 from jobs.planning.prices import spot_discount
@@ -65,9 +73,39 @@ class FieldErrors(BadInput):
 def handle_train(ctx: CommandContext, text: str) -> Reply:
     text = text.strip()
     help_text = general_help() if not text else help_for(text)
+    if help_text == general_help():
+        return help_reply()
     if help_text is not None:
         return Reply(text=f"```{bk.truncate(bk.escape(help_text), bk.MAX_TEXT - 6)}```")
     return plan_reply(ctx, text)
+
+
+def help_reply() -> Reply:
+    """`/train help` in sections that each fit Slack's 3,000 characters: the usage, each part of the help
+    (a part too long for one section goes on in the next), and how to ask about one key."""
+    blocks: list[bk.Block] = [bk.header(texts.HELP_TITLE), bk.section(f"`{bk.escape(HELP_USAGE)}`"),
+                              bk.context(bk.escape(HELP_KEY))]
+    for title, lines in help_parts():
+        for number, chunk in enumerate(_chunks([bk.escape(line) for line in lines], bk.MAX_TEXT - len(title) - 20)):
+            heading = title if number == 0 else texts.HELP_CONTINUED.format(title=title)
+            blocks.append(bk.section(f"*{heading}*\n```" + "\n".join(chunk) + "```"))
+    blocks.append(bk.context(bk.escape(HELP_KEY)))
+    return Reply(text=texts.HELP_FALLBACK.format(usage=HELP_USAGE, key=HELP_KEY),
+                 blocks=bk.message(blocks, cut_note=texts.BLOCKS_CUT))
+
+
+def _chunks(lines: list[str], limit: int) -> list[list[str]]:
+    """Consecutive lines in groups of at most ``limit`` characters (a line longer than that, alone and cut)."""
+    chunks: list[list[str]] = [[]]
+    used = 0
+    for line in lines:
+        line = bk.truncate(line, limit)
+        if chunks[-1] and used + len(line) + 1 > limit:
+            chunks.append([])
+            used = 0
+        chunks[-1].append(line)
+        used += len(line) + 1
+    return chunks
 
 
 def resolving_note(ctx: CommandContext, text: str) -> str | None:
@@ -97,17 +135,17 @@ def plan_reply(ctx: CommandContext, text: str) -> Reply:
     services = ctx.services
     plan = services.jobs.plan(text)
     reach = _reach_here(ctx)
-    in_dm = reach is False
+    in_dm = reach is False or ctx.conversation == DIRECT
     value = encode_value(ctx, uuid.uuid4().hex, text, commit=plan.spec.code_commit, dm=in_dm)
     backend = services.backend
     note = backend.scaling_note(plan) if backend is not None else None
     spec = plan.spec
     blocks = cards.plan_card(
-        # Slack sends typed brackets as &lt; &gt;: the card shows the command as it was read, escaped once.
-        spec, plan.cost, command=f"/train {normalize_slack_text(text)}", value=value, scaling_note=note,
+        # The command as it was read (the entrance unescaped Slack's text), escaped once.
+        spec, plan.cost, command=f"/train {text}", value=value, scaling_note=note,
         max_job_usd=services.settings.trainbot_max_job_usd,
         spot_pct_if_on=None if spec.spot else spot_discount(spec.instance_type) * 100.0,
-        forecast=plan.forecast, run_forecast=plan.run_forecast, in_dm=in_dm,
+        forecast=plan.forecast, run_forecast=plan.run_forecast, in_dm=in_dm, from_dm=ctx.conversation == DIRECT,
     )
     if reach is None and ctx.answer is not None:
         services.run_later(lambda: _offer_dm_if_unreachable(ctx, text))
@@ -120,6 +158,10 @@ def _reach_here(ctx: CommandContext) -> bool | None:
     chat = ctx.chat
     if not isinstance(chat, ReachChat) or not ctx.channel_id:
         return True
+    if ctx.conversation == NOT_A_MEMBER:  # Slack says so with the command itself: known at the ack
+        return False
+    if ctx.conversation == DIRECT:  # a DM: the job goes to the person's DM with the bot, whichever this is
+        return False
     return chat.known_reach(ctx.channel_id)
 
 
@@ -325,7 +367,7 @@ def on_edit(ctx: CommandContext, value: str) -> Reply | None:
         spec = card_plan(ctx, button).spec
         ctx.chat.open_modal(ctx.trigger_id, edit_modal(spec, button.text, ctx.channel_id))
         return None
-    return Reply(text=texts.EDIT_REPROMPT.format(command=bk.escape(normalize_slack_text(button.text))))
+    return Reply(text=texts.EDIT_REPROMPT.format(command=bk.escape(button.text)))
 
 
 def other_options(text: str) -> str:

@@ -86,6 +86,16 @@ class SimulatedSpot(Protocol):
 
 
 @runtime_checkable
+class StandIn(Protocol):
+    """A backend that may train a stand-in for the spec's model (the local backend trains the tiny BERT offline):
+    what the job's report and curves say trained."""
+
+    def trained_model(self, job_name: str) -> str | None:
+        """The model that really trained, where the backend stood one in; None where it trained the spec's."""
+        ...
+
+
+@runtime_checkable
 class OwnCodeGate(Protocol):
     """A backend that can refuse a team's own code (code=) outright: the local backend where its sandbox is
     not working (serve and the CLI run own code only sandboxed). The command reader asks it before any git."""

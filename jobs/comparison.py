@@ -105,6 +105,19 @@ def final_metrics(lineage: Lineage) -> dict[str, float]:
     return dict(latest.metrics) if latest else {}
 
 
+def regressions(previous: dict[str, float], current: dict[str, float], *,
+                threshold: float = DEFAULT_REGRESSION_POINTS) -> tuple[MetricChange, ...]:
+    """The quality metrics ``current`` dropped on against ``previous`` by more than ``threshold`` points (a
+    candidate model against the one serving: a promotion that makes the endpoint worse asks first)."""
+    return tuple(change for change in _changes(previous, current, threshold) if change.regressed)
+
+
+def change_words(changes: tuple[MetricChange, ...]) -> str:
+    """``eval_accuracy 1 → 0.54 (-46.00 points)``, each change once, joined by semicolons."""
+    return "; ".join(f"{c.name} {c.previous:g} → {c.current:g} ({c.change_points:+.2f}"
+                     f"{' points' if c.quality else ''})" for c in changes)
+
+
 def _is_quality(name: str) -> bool:
     base = name.lower()
     for prefix in _METRIC_PREFIXES:

@@ -37,6 +37,21 @@ class LineageStatus(str, Enum):
     def is_terminal(self) -> bool:
         return self in _TERMINAL_LINEAGE
 
+    def phrase(self) -> str:
+        """As a sentence says it after the job's name: ``is running``, ``failed``, ``was given up on`` (never
+        "is gave up")."""
+        return _PHRASES[self]
+
+
+_PHRASES = {
+    LineageStatus.PENDING: "is pending",
+    LineageStatus.RUNNING: "is running",
+    LineageStatus.RELAUNCHING: "is relaunching",
+    LineageStatus.COMPLETED: "completed",
+    LineageStatus.FAILED: "failed",
+    LineageStatus.STOPPED: "was stopped",
+    LineageStatus.GAVE_UP: "was given up on",
+}
 
 _TERMINAL_LINEAGE = {
     LineageStatus.COMPLETED,

@@ -14,7 +14,7 @@ def served_model(lineage: Lineage, backend: str) -> tuple[str, str]:
     """(model data, job name) of the attempt that completed with a model, on this backend."""
     if lineage.status is not LineageStatus.COMPLETED:
         raise InvalidState(
-            f"{lineage.id} is {lineage.status.value.replace('_', ' ')}, not completed: only a finished "
+            f"{lineage.id} {lineage.status.phrase()}, not completed: only a finished "
             "job's model can be deployed; /job shows where it is."
         )
     if lineage.backend != backend:

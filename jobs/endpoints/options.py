@@ -163,6 +163,7 @@ def prediction_payload(task: str, inputs: dict[str, str]) -> dict[str, Any]:
     """`question=` and `context=` for question answering, `text=` for classification, as the Hugging Face
     inference toolkit takes them (``{"inputs": ...}``)."""
     keys = {key.strip().lower(): value for key, value in inputs.items()}
+    _check_task_inputs(task, keys)
     if "question" in keys or "context" in keys:
         if not keys.get("question") or not keys.get("context"):
             raise BadInput('Question answering needs both: question="..." context="...".')
@@ -173,6 +174,19 @@ def prediction_payload(task: str, inputs: dict[str, str]) -> dict[str, Any]:
         return {"inputs": keys["text"]}
     example = 'question="..." context="..."' if task == "question-answering" else 'text="..."'
     raise BadInput(f"Say what to ask the model: {example}.")
+
+
+#: What each task's endpoint reads; asked with the other task's inputs it would answer with its tokenizer's error.
+TASK_INPUTS = {"question-answering": ('question="..." context="..."', {"question", "context"}),
+               "text-classification": ('text="..."', {"text"})}
+
+
+def _check_task_inputs(task: str, keys: dict[str, str]) -> None:
+    example, reads = TASK_INPUTS.get(task, ("", set()))
+    others = {key for other, (_, names) in TASK_INPUTS.items() if other != task for key in names} - reads
+    given = sorted(others & set(keys))
+    if reads and given:
+        raise BadInput(f"This endpoint serves {task}: ask it with {example}, not {' and '.join(k + '=' for k in given)}.")
 
 
 def _no_extra(keys: dict[str, str], allowed: set[str]) -> None:

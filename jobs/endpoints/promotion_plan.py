@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from jobs.comparison import MetricChange, change_words, regressions
 from jobs.endpoints import texts
 from jobs.endpoints.options import DeployOptions
 from jobs.endpoints.port import DeployRequest, Rollout, UpdateRequest
@@ -62,10 +63,27 @@ class PromotionPlan:
         text = f"{self.headline()} {texts.PROMOTE_FOLLOW}"
         return f"{text} {self.framework_note}" if self.framework_note else text
 
+    @property
+    def regressions(self) -> tuple[MetricChange, ...]:
+        """The quality metrics the new model is worse on than what serves (jobs/comparison.py's threshold):
+        such a promotion asks first."""
+        return regressions(self.current.metrics, self.new.metrics)
+
+    def regression_sentence(self) -> str:
+        """What a person confirms before a promotion that makes the endpoint worse; "" when it does not."""
+        changes = self.regressions
+        if not changes:
+            return ""
+        return texts.PROMOTION_REGRESSES.format(lineage=self.lineage.id, name=self.name,
+                                                current=self.current.lineage_id, changes=change_words(changes))
+
     def button_value(self) -> str:
-        """What the Promote button carries: the job, the endpoint and the options as written."""
-        return json.dumps({"job": self.lineage.id, "endpoint": self.name, "options": self.options},
-                          separators=(",", ":"))
+        """What the Promote button carries: the job, the endpoint and the options as written, and ``ok`` when
+        the card it is on asked about the regression (a button without it asks at the press)."""
+        fields: dict[str, object] = {"job": self.lineage.id, "endpoint": self.name, "options": self.options}
+        if self.regressions:
+            fields["ok"] = 1
+        return json.dumps(fields, separators=(",", ":"))
 
 
 def rollout_words(rollout: Rollout) -> str:

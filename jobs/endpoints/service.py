@@ -120,11 +120,14 @@ class EndpointService:
         marks it failed and is raised. Until the backend has been asked, the record's remote status is
         empty, and a poller that finds no such endpoint meanwhile leaves it be (see `_follow`)."""
         request = plan.request
-        self.promotions.record_deploy(self._endpoints.create(self._row(plan, actor)), actor)
+        created = self._endpoints.create(self._row(plan, actor))
         try:
+            self.promotions.record_deploy(created, actor)
             self._backend.deploy(request)
-        except TrainbotError as exc:
-            self._fail(request.name, exc.user_message())
+        except Exception as exc:  # no record is left creating, and nothing the backend began is left behind
+            reason = exc.user_message() if isinstance(exc, TrainbotError) else "the deploy failed on our side"
+            self._fail(request.name, reason)
+            self._cleanup(request.name)
             raise
         self._endpoints.mirror(request.name, ASKED, if_unset=True)  # a poller may have seen more already
         detail = {
@@ -187,8 +190,9 @@ class EndpointService:
     # -- undeploy and predict ---------------------------------------------------------------------
 
     def check_undeploy(self, name: str, *, actor: Actor) -> Endpoint:
-        """The endpoint, if ``actor`` may undeploy it now (the job's launcher or an admin); no side effect."""
-        endpoint = self._live(name)
+        """The endpoint, if ``actor`` may undeploy it now (the job's launcher or an admin); no side effect. A
+        failed one may be undeployed too: whatever its deploy left is removed, and its name is free."""
+        endpoint = self._failed(name) or self._live(name)
         if actor.user_id == endpoint.deployed_by:  # its owner
             return endpoint
         lineage = self._store.get_lineage(endpoint.lineage_id)
@@ -199,7 +203,8 @@ class EndpointService:
         """Delete the endpoint and its config (the model stays); the job's launcher or an admin only."""
         endpoint = self.check_undeploy(name, actor=actor)
         self._backend.delete(endpoint.name, configs=self.promotions.retire(endpoint.name))
-        self._endpoints.move(endpoint.name, LIVE, EndpointStatus.DELETED, ended_at=self._clock.now())
+        self._endpoints.move(endpoint.name, (*LIVE, EndpointStatus.FAILED.value), EndpointStatus.DELETED,
+                             ended_at=self._clock.now())
         self._store.audit(actor, "endpoint.undeploy", endpoint.lineage_id, {"endpoint": endpoint.name})
         return self._endpoints.get(endpoint.name)
 
@@ -225,6 +230,10 @@ class EndpointService:
         raw = self._backend.invoke(endpoint.name, payload)
         self._endpoints.count_invocation(endpoint.name)
         return normalize_answer(raw)
+
+    def _failed(self, name: str) -> Endpoint | None:
+        found = self._endpoints.find(name.strip())
+        return found if found is not None and found.status is EndpointStatus.FAILED else None
 
     def _live(self, name: str) -> Endpoint:
         try:

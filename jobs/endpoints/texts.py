@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from jobs.endpoints.port import EndpointAccess
+from jobs.wording import Counted
 
 ENDPOINT_READY = "endpoint_ready"  # the endpoint answers: links and snippets
 ENDPOINT_FAILED = "endpoint_failed"  # the backend could not bring it up
@@ -42,7 +43,7 @@ READY_TRY = (
     "Try it here: `/predict {name} {hint}`. It costs {cost} while it is up: `/undeploy {name}` when done."
 )
 FAILED = ":x: Endpoint {name} (from {lineage}) failed to come up: {reason} Nothing is left running; fix it and /deploy again."
-IDLE_HEAD = ":money_with_wings: {count} endpoint(s) idle for more than {hours:g} h, still costing money:"
+IDLE_HEAD = Counted(":money_with_wings: {count:endpoint} idle for more than {hours:g} h, still costing money:")
 IDLE_LINE = "• {name} (from {lineage}, {where}): idle {idle}, {hourly}/h, {total} so far. `/undeploy {name}`"
 UNDEPLOYED = "{name}: endpoint and its config deleted; the model is kept."
 ROLLOUT_ONLY_PROMOTING = (
@@ -53,6 +54,13 @@ ROLLOUT_ONLY_PROMOTING = (
 # ---------------------------------------------------------------- promotions and rollbacks
 PROMOTING = "Promoting {lineage} into endpoint {name} in place (it serves {current} now){rollout}."
 PROMOTE_FOLLOW = "Name and URL stay the same; the job's thread says when the new model serves."
+#: A promotion that makes the endpoint worse on a quality metric (jobs/comparison.py) asks first.
+PROMOTION_REGRESSES = "{lineage} is worse than {current}, which {name} serves now: {changes}."
+PROMOTE_ANYWAY_CLI = "Not promoted: {sentence} Add --yes to promote it anyway: trainbot promote {job} {name} --yes"
+PROMOTE_CONFIRM_TITLE = "Promote a worse model?"
+PROMOTE_CONFIRM_YES = "Promote anyway"
+PROMOTE_CONFIRM_NO = "Keep what serves"
+PROMOTE_ASKS_FIRST = "{sentence} Promote it anyway? The card asks before it promotes."
 ROLLING_BACK = "Rolling endpoint {name} back to {lineage} (it serves {current} now)."
 #: The verb of the refusal when a person may not serve a lineage's model (PromotionService.plan).
 SERVE_VERB = "deploy or promote"

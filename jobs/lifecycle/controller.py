@@ -155,8 +155,16 @@ class Controller:
     def _announce_resumed(self, lineage: Lineage, attempt: Attempt, remote: RemoteJob, cycle: CycleResult) -> None:
         """Once an attempt's log says which checkpoint it resumed from, the thread hears it (once: the key)."""
         payload = events.resumed(lineage.id, attempt.job_name, step=remote.resumed_from_step or 0,
-                                 redone=remote.steps_redone, checkpoint_uri=lineage.checkpoint_uri)
+                                 redone=remote.steps_redone, checkpoint_uri=self._checkpoints_of(lineage, attempt))
         self._enqueue(lineage, payload, f"{attempt.job_name}:resumed", cycle)
+
+    def _checkpoints_of(self, lineage: Lineage, attempt: Attempt) -> str:
+        """Where a person finds the checkpoints: the backend's own place for them (a local run's folder, never
+        the s3://<TRAINBOT_BUCKET>/... it stands in for), else the lineage's checkpoint URI."""
+        try:
+            return self._backend.console_links(attempt.job_name).get("checkpoints") or lineage.checkpoint_uri
+        except TrainbotError:
+            return lineage.checkpoint_uri
 
     def ended(self, attempt: Attempt, cycle: CycleResult) -> None:
         """The watcher recorded ``attempt``'s ending: settle its lineage now rather than in the sweep, so

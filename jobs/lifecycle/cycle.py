@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from jobs.backend import TrainingBackend
+from jobs.backend import StandIn, TrainingBackend
 from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob
 
 if TYPE_CHECKING:
@@ -80,6 +80,10 @@ class CountedBackend:
     def log_tail(self, job_name: str, lines: int = 40) -> list[str]:
         self._count()
         return self._backend.log_tail(job_name, lines)
+
+    def trained_model(self, job_name: str) -> str | None:
+        """jobs.backend.StandIn, where the backend is one (read from its own records: not counted)."""
+        return self._backend.trained_model(job_name) if isinstance(self._backend, StandIn) else None
 
     def metric_series(self, job_name: str) -> MetricSeries:
         self._count()

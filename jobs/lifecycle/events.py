@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.planning.batch import BatchSettings, change_words
+from jobs.wording import Counted
 
 JsonDict = dict[str, Any]
 
@@ -27,6 +28,9 @@ KINDS = (STATE, INTERRUPTED, RELAUNCHED, FAILED, GAVE_UP, COMPLETED, STOPPED, CU
 
 #: How many log lines a `failed` event carries (Slack messages stay readable; /logs JOB shows more).
 LOG_TAIL_LINES = 10
+RESUMED_LOST = Counted("{redone:step} trained after it {redone:=was|were} lost with the interruption and "
+                       "{redone:=is|are} trained again")
+GAVE_UP_TEXT = Counted("Gave up on {lineage} after {attempts:attempt}: {reason}.")
 
 
 def _base(kind: str, lineage_id: str, job_name: str | None, text: str) -> JsonDict:
@@ -46,8 +50,7 @@ def state_line(
 
 def resumed(lineage_id: str, job_name: str, *, step: int, redone: int | None, checkpoint_uri: str) -> JsonDict:
     """What a relaunched (or restarted) attempt picked up: the checkpoint, and the steps the interruption cost."""
-    lost = (f"{redone} steps trained after it were lost with the interruption and are trained again"
-            if redone is not None else "the steps after it are trained again")
+    lost = (RESUMED_LOST.format(redone=redone) if redone is not None else "the steps after it are trained again")
     text = f"{job_name} resumed from the checkpoint at step {step} ({checkpoint_uri}): {lost}."
     payload = _base(STATE, lineage_id, job_name, text)
     payload.update(status="InProgress", secondary_status="Training", note="", resumed_from_step=step,
@@ -120,7 +123,7 @@ def failed(lineage_id: str, job_name: str, reason: str, log_tail: list[str]) -> 
 
 
 def gave_up(lineage_id: str, job_name: str, reason: str, attempts: int) -> JsonDict:
-    text = f"Gave up on {lineage_id} after {attempts} attempts: {reason}."
+    text = GAVE_UP_TEXT.format(lineage=lineage_id, attempts=attempts, reason=reason)
     payload = _base(GAVE_UP, lineage_id, job_name, text)
     payload.update(reason=reason, attempts=attempts)
     return payload

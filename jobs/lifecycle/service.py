@@ -228,7 +228,8 @@ class JobService:
         if not lineage.spec.spot:
             raise BadInput(f"{lineage.id} is not a spot job, so there is no spot capacity to take away.")
         if attempt is None or attempt.status.is_terminal() or lineage.status.is_terminal():
-            raise BadInput(f"{lineage.id} has no running attempt ({lineage.status.value}); there is nothing to take away.")
+            raise BadInput(f"{lineage.id} has no running attempt (it {lineage.status.phrase()}); there is nothing to "
+                           "take away.")
         if self._simulation is None:
             raise BadInput(
                 f"Taking capacity away is a simulated spot reclaim of the local backend; on {self._backend.name} "
@@ -274,5 +275,5 @@ class JobService:
 
 def _already_ended(lineage: Lineage) -> InvalidState:
     return InvalidState(
-        f"Job {lineage.id} has already ended ({lineage.status.value}); there is nothing to stop."
+        f"Job {lineage.id} has already ended (it {lineage.status.phrase()}); there is nothing to stop."
     )

@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from jobs.errors import BadInput
-from jobs.planning.grammar import normalize_slack_text
+from jobs.planning.grammar import plain_punctuation
 
 LAUNCHED = "launched"  # the first attempt was seen running on the backend
 INTERRUPTED = "interrupted"  # spot capacity was reclaimed; SageMaker waits and resumes
@@ -86,7 +86,7 @@ def parse_notify(text: str, *, me: str) -> NotifyCommand:
     """/notify's text -> what to do; BadInput names the bad word and what is valid. ``me`` is the caller
     (`user=me`)."""
     try:
-        words = shlex.split(normalize_slack_text(text).replace(",", " "))
+        words = shlex.split(plain_punctuation(text).replace(",", " "))
     except ValueError:
         raise BadInput(f"The command has an unbalanced quote. {USAGE}") from None
     if not words or words[0].lower() in ("help", "-h", "--help", "?"):

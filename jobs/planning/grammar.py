@@ -60,9 +60,20 @@ _SLACK_TRANSLATION = str.maketrans(
 )
 
 
+#: `--spot=yes`, and `—spot=yes` as Slack turns a typed `--` into an em-dash: a key written as an option.
+_DASHED_KEY = re.compile(r"(?<!\S)-{1,2}(?=[A-Za-z][A-Za-z0-9_.-]*=)")
+
+
+def plain_punctuation(text: str) -> str:
+    """Curly quotes, dashes and odd spaces as plain ones, and `--key=value` as `key=value`. Safe to apply
+    more than once (the grammar applies it to whatever reaches it, the CLI's text included)."""
+    return _DASHED_KEY.sub("", text.translate(_SLACK_TRANSLATION))
+
+
 def normalize_slack_text(text: str) -> str:
-    """Curly quotes, dashes and odd spaces as plain ones; Slack's &amp; &lt; &gt; unescaped."""
-    text = text.translate(_SLACK_TRANSLATION)
+    """A command's text as Slack sends it, read once at the entrance (handlers.router): plain punctuation,
+    and Slack's &amp; &lt; &gt; unescaped. Not safe twice (`&amp;lt;`, a typed `&lt;`, would become `<`)."""
+    text = plain_punctuation(text)
     if "&" in text:
         text = text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
     return text
@@ -296,9 +307,10 @@ class _Command:
 
 
 def tokenize(text: str) -> list[str]:
-    """Split as a shell would, after Slack normalisation; the leading ``/train`` is dropped."""
+    """Split as a shell would, with plain punctuation (the entrance unescaped Slack's text); the leading
+    ``/train`` is dropped."""
     try:
-        tokens = shlex.split(normalize_slack_text(text))
+        tokens = shlex.split(plain_punctuation(text))
     except ValueError:
         raise SpecError(
             'The command has an unbalanced quote: close it, e.g. hp.run_name="my run".'
@@ -472,20 +484,33 @@ def topic_help(word: str) -> str:
     return f"{key.name}{aliases}: {key.help}"
 
 
+HELP_USAGE = f"{COMMAND} [PRESET] key=value ...   e.g. {EXAMPLE}"
+HELP_KEY = f"{COMMAND} help KEY explains one key, e.g. {COMMAND} help spot."
+
+
+@cache
+def help_parts() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The help as (title, lines) parts, in order: a chat surface shows each as a section of its own."""
+    mp_rest = ", ".join(f"mp.{n}" for n in MP_KEYS if n not in ("partitions", "microbatches"))
+    return (
+        ("Presets", tuple(f"{name}: {DESCRIPTIONS[name]}" for name in PRESETS)),
+        ("Keys", tuple(f"{k.name}{' (' + ', '.join(k.aliases) + ')' if k.aliases else ''}: {k.help}"
+                       for k in _spec_keys())),
+        ("Training arguments", (
+            ", ".join(KNOWN_HYPERPARAMETERS) + " (epochs, batch_size, lr are short for the first ones);",
+            "hp.NAME=VALUE passes any other argument of the training script through (its own or TrainingArguments).",
+        )),
+        ("Channels", ("channel.NAME=URI adds the data channel SM_CHANNEL_<NAME> (besides train_data, test_data, "
+                      "validation_data).",)),
+        ("Model parallel", (f"partitions, microbatches, {mp_rest}.",)),
+        ("Values", ("Durations: 3600, 90m, 2h, 1h30m. Yes/no: yes, no, true, false, on, off. Quote values with spaces.",)),
+    )
+
+
 @cache
 def general_help() -> str:
-    spec_keys = _spec_keys()
-    lines = [
-        f"{COMMAND} [PRESET] key=value ...   e.g. {EXAMPLE}",
-        "Presets:",
-        *(f"  {name}: {DESCRIPTIONS[name]}" for name in PRESETS),
-        "Keys:",
-        *(f"  {k.name}{' (' + ', '.join(k.aliases) + ')' if k.aliases else ''}: {k.help}" for k in spec_keys),
-        "Training arguments: " + ", ".join(KNOWN_HYPERPARAMETERS) + " (epochs, batch_size, lr are short for the first ones);",
-        "  hp.NAME=VALUE passes any other argument of the training script through (its own or TrainingArguments).",
-        "Channels: channel.NAME=URI adds the data channel SM_CHANNEL_<NAME> (besides train_data, test_data, validation_data).",
-        "Model parallel: partitions, microbatches, " + ", ".join(f"mp.{n}" for n in MP_KEYS if n not in ("partitions", "microbatches")) + ".",
-        "Durations: 3600, 90m, 2h, 1h30m. Yes/no: yes, no, true, false, on, off. Quote values with spaces.",
-        f"{COMMAND} help KEY explains one key.",
-    ]
+    lines = [HELP_USAGE]
+    for title, part in help_parts():
+        lines += [f"{title}:", *(f"  {line}" for line in part)]
+    lines.append(HELP_KEY)
     return "\n".join(lines)

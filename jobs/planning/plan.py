@@ -31,6 +31,7 @@ from jobs.planning.fallbacks import DEFAULT_ORDER, Fallbacks, adjustable, lineag
 from jobs.planning.forecast import Forecast, PastRun, forecast
 from jobs.planning.hyperparameters import ENTRY_POINTS, check_script_hyperparameters
 from jobs.planning.instances import instance_info
+from jobs.planning.max_run import max_run_advice
 from jobs.planning.metrics import METRIC_DEFINITIONS as METRIC_DEFINITIONS  # re-exported: the plan's defaults
 from jobs.planning.metrics import METRIC_NAMES as METRIC_NAMES
 from jobs.planning.metrics import definitions_for
@@ -147,6 +148,9 @@ class LaunchPlan:
         }
         if self.forecast is not None:
             data["forecast"] = self.forecast.to_json()
+            advice = max_run_advice(self.spec, self.forecast)
+            if advice is not None:  # SageMaker would stop it at max_run
+                data["max_run_advice"] = advice.to_json()
         if self.run_forecast is not None:
             data["run_forecast"] = self.run_forecast.to_json()
         if self.inputs:

@@ -7,6 +7,7 @@ from jobs.planning.batch import ACCUMULATION, PER_DEVICE
 from jobs.planning.fallbacks import adjustable
 from jobs.planning.forecast import Forecast, about_duration, summary
 from jobs.planning.instances import instance_info
+from jobs.planning.max_run import advice_words, max_run_advice
 from jobs.planning.plan import DISTRIBUTION_LABELS, LaunchPlan, code_label, own_checkpoint_minutes
 from jobs.planning.prices import usd
 from jobs.planning.pricing import CostEstimate
@@ -77,6 +78,9 @@ def forecast_lines(plan: LaunchPlan) -> list[str]:
     lines = []
     if plan.forecast is not None:
         lines.append(f"Forecast: {summary(plan.forecast)}{_forecast_detail(plan.forecast)}")
+        advice = max_run_advice(plan.spec, plan.forecast)
+        if advice is not None:
+            lines.append(f"Warning: {advice_words(advice)}")
     if plan.run_forecast is not None:
         run = plan.run_forecast
         # Without a figure the summary is the reason itself: said once.

@@ -31,6 +31,7 @@ from jobs.planning.instances import InstanceType, instance_info, normalize_insta
 from jobs.planning.metrics import check_user_metrics
 from jobs.planning.own_code import check_entry, check_own_checkpoint_minutes, is_full_commit, parse_code
 from jobs.planning.presets import DEFAULT_MP_PARAMETERS, DEFAULT_PROCESSES_PER_HOST, PRESETS
+from jobs.wording import counted
 
 Task = Literal["question-answering", "text-classification"]
 Distribution = Literal["none", "data", "model", "ddp"]
@@ -457,7 +458,7 @@ def _check_model_parallel(spec: JobSpec, info: InstanceType) -> None:
     partitions = params.get("partitions", 1)
     if not 1 <= processes <= info.gpus:
         raise SpecError(
-            f"processes_per_host={processes} must be between 1 and the {info.gpus} GPU(s) of {info.name}: "
+            f"processes_per_host={processes} must be between 1 and the {counted(info.gpus, 'GPU')} of {info.name}: "
             "model parallelism needs a multi-GPU type such as ml.p3.16xlarge.", field="instance_type"
         )
     if isinstance(partitions, int) and processes % partitions:

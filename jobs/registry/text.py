@@ -7,11 +7,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jobs.registry.store import ModelPackage
+from jobs.wording import Counted
 
 NONE = "No models are registered yet: a completed job's model is registered when the watcher sees it end."
 GROUPS_HEAD = "Model lines ({count}); /models LINE lists one's versions:"
-GROUP_LINE = "• {name}: {count} version(s)"
-PACKAGES_HEAD = "{group}: {count} version(s), newest first"
+GROUP_LINE = Counted("• {name}: {count:version}")
+PACKAGES_HEAD = Counted("{group}: {count:version}, newest first")
 PACKAGES_HEAD_ALL = "Models, newest first ({count}):"
 PACKAGE_LINE = "• {label} {lineage}: {approval}{by}{metrics}; {deployed}"
 DEPLOYED = "serves {names}"

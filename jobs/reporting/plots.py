@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jobs.backend import StandIn
 from jobs.errors import TrainbotError
 from jobs.lineage import AttemptStatus
 from jobs.records import MetricSeries
@@ -22,9 +23,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: The loss panel is the training loss alone (the evaluation loss is another curve on another cadence).
-LOSS_METRICS = ("loss",)
+#: The loss panel: the training loss and the evaluation's (on its own, sparser cadence), named apart.
+LOSS_METRICS = ("loss", "eval_loss")
 EVAL_METRICS = ("eval_exact_match", "eval_f1", "eval_accuracy")
+#: What each curve is called in a legend.
+CURVE_NAMES = {"loss": "train loss", "eval_loss": "eval loss", "eval_exact_match": "exact match",
+               "eval_f1": "F1", "eval_accuracy": "accuracy"}
+#: (panel title, y-axis label) of each panel.
+PANELS = {"loss": ("loss", "loss"), "evaluation": ("evaluation", "score")}
 
 
 def _figure(**kwargs: object) -> Any:
@@ -43,19 +49,28 @@ def plot_series(
     series_by_attempt: list[tuple[str, MetricSeries]], path: Path, *, title: str, xlabel: str = "step"
 ) -> Path | None:
     """Write the curves to `path` (its folder is made); None, and no file, when there is nothing to draw."""
+    fig = curves_figure(series_by_attempt, title=title, xlabel=xlabel)
+    if fig is None:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def curves_figure(series_by_attempt: list[tuple[str, MetricSeries]], *, title: str, xlabel: str = "step") -> Any:
+    """The Figure of the curves (a loss panel: train and eval loss; an evaluation panel: the scores), each axis
+    labelled; None when there is nothing to draw."""
     loss = _pick(series_by_attempt, LOSS_METRICS)
     evals = _pick(series_by_attempt, EVAL_METRICS)
     if not loss and not evals:
         return None
-    panels = [(name, lines) for name, lines in (("training loss", loss), ("evaluation", evals)) if lines]
+    panels = [(PANELS[name], lines) for name, lines in (("loss", loss), ("evaluation", evals)) if lines]
     fig = _figure(figsize=(6 * len(panels), 4), dpi=100)
-    for index, (name, lines) in enumerate(panels, start=1):
-        _draw(fig.add_subplot(1, len(panels), index), name, lines, xlabel)
+    for index, ((name, ylabel), lines) in enumerate(panels, start=1):
+        _draw(fig.add_subplot(1, len(panels), index), name, lines, xlabel, ylabel)
     fig.suptitle(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    return fig
 
 
 def plot_lineage(lineage: Lineage, backend: TrainingBackend, path: Path) -> Path | None:
@@ -69,7 +84,23 @@ def plot_lineage(lineage: Lineage, backend: TrainingBackend, path: Path) -> Path
         except TrainbotError as exc:  # a plot is a bonus: a missing series never blocks the report
             log.warning("no metrics for %s: %s", attempt.job_name, exc)
     xlabel = "seconds since the attempt started" if lineage.backend == "sagemaker" else "step"
-    return plot_series(collected, path, title=f"{lineage.id} ({lineage.spec.model_label})", xlabel=xlabel)
+    return plot_series(collected, path, title=plot_title(lineage, backend), xlabel=xlabel)
+
+
+def plot_title(lineage: Lineage, backend: TrainingBackend) -> str:
+    """``bert-squad-1a2b: bert-large-uncased-whole-word-masking``; what really trained where the backend stood
+    a model in (``tiny BERT, standing in for distilbert-base-uncased``)."""
+    wanted = lineage.spec.model_label
+    latest = lineage.latest_attempt
+    trained = None
+    if latest is not None and isinstance(backend, StandIn):
+        try:
+            trained = backend.trained_model(latest.job_name)
+        except TrainbotError:  # a title is a convenience
+            trained = None
+    if trained and trained != wanted:
+        return f"{lineage.id}: {trained}, standing in for {wanted}"
+    return f"{lineage.id}: {wanted}"
 
 
 _Line = tuple[str, list[float], list[float]]
@@ -82,15 +113,17 @@ def _pick(series_by_attempt: list[tuple[str, MetricSeries]], names: tuple[str, .
         for name in names:
             points = series.get(name) or []
             if points:
-                label = f"{name} ({job_name})" if several else name
+                label = CURVE_NAMES.get(name, name)
+                label = f"{label} ({job_name})" if several else label
                 lines.append((label, [p.x for p in points], [p.value for p in points]))
     return lines
 
 
-def _draw(ax: Axes, title: str, lines: list[_Line], xlabel: str) -> None:
+def _draw(ax: Axes, title: str, lines: list[_Line], xlabel: str, ylabel: str) -> None:
     for label, xs, ys in lines:
         ax.plot(xs, ys, marker="o" if len(xs) < 3 else None, label=label)
     ax.set_title(title)
     ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small")

@@ -21,6 +21,7 @@ from jobs.planning.batch import BatchSettings, change_words, stored_batch, used_
 from jobs.planning.forecast import Forecast, about_duration, about_usd
 from jobs.planning.metrics import PROGRESS_NAMES
 from jobs.planning.plan import code_label
+from jobs.wording import counted
 
 if TYPE_CHECKING:
     from jobs.backend import TrainingBackend
@@ -31,10 +32,11 @@ log = logging.getLogger(__name__)
 LOCAL = "local"  # the backend whose runs are priced at SageMaker's rates but billed nothing
 
 #: The metrics a person looks for first, per task, in the order shown.
-_LOSS = ("loss", ("eval_loss", "train_loss"))
+# Two losses, named apart: the evaluation's, and the training's (the Trainer's average, else its last logged).
+_LOSSES = (("eval loss", ("eval_loss",)), ("train loss", ("train_loss", "loss")))
 HEADLINE_METRICS = {
-    "question-answering": (("exact_match", ("eval_exact_match", "exact_match")), ("f1", ("eval_f1", "f1")), _LOSS),
-    "text-classification": (("accuracy", ("eval_accuracy", "accuracy")), _LOSS),
+    "question-answering": (("exact_match", ("eval_exact_match", "exact_match")), ("f1", ("eval_f1", "f1")), *_LOSSES),
+    "text-classification": (("accuracy", ("eval_accuracy", "accuracy")), *_LOSSES),
 }
 
 
@@ -270,7 +272,7 @@ def _text_lines(report: JobReport) -> list[str]:
     if report.reason and not report.partial:
         lines.append(f"  ended: {report.reason}")
     lines.append(
-        f"  {report.model} on {report.dataset} ({report.task or 'own code'}), {report.instance_count} instance(s)"
+        f"  {report.model} on {report.dataset} ({report.task or 'own code'}), {counted(report.instance_count, 'instance')}"
     )
     if report.code:
         lines.append(f"  code {report.code}")
@@ -315,7 +317,7 @@ def _attempt_text(line: AttemptLine) -> str:
     if line.billable_seconds is not None:
         text += f"  billable {_hms(line.billable_seconds)}, ${line.cost_usd:.2f}"
     if line.resumed_from_step:
-        redone = f"{line.steps_redone} steps redone" if line.steps_redone is not None else "later steps redone"
+        redone = f"{counted(line.steps_redone, 'step')} redone" if line.steps_redone is not None else "later steps redone"
         text += f"  resumed at step {line.resumed_from_step} ({redone})"
     return text
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import builtins
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
@@ -34,7 +34,15 @@ from jobs.records import Actor
 from jobs.schedules.cron import CronCalendar
 from jobs.schedules.limits import check_cadence, check_count
 from jobs.schedules.store import FireResult, Schedule, ScheduleRun, run_from_row, schedule_from_row
-from jobs.schedules.text import DEFAULT_TZ, check_name, check_overlap, parse_add_text
+from jobs.schedules.text import (
+    DEFAULT_TZ,
+    check_endpoint_task,
+    check_name,
+    check_overlap,
+    endpoint_missing_words,
+    endpoint_words,
+    parse_add_text,
+)
 from jobs.settings import Settings
 from jobs.store.schema import schedule_runs, schedules_table, write_transaction
 from jobs.store.store import Store
@@ -47,9 +55,13 @@ NOTIFY_KIND = "schedule"  # outbox kind; payload carries `text` like every event
 # ---------------------------------------------------------------- the service
 
 
+#: The live endpoints and the task each serves, by name (the endpoints room, passed in: schedules import none).
+EndpointTasks = Callable[[], Mapping[str, str]]
+
+
 class ScheduleService:
     def __init__(self, *, store: Store, jobs: JobService, calendar: CronCalendar, settings: Settings,
-                 clock: Clock) -> None:
+                 clock: Clock, endpoint_tasks: EndpointTasks | None = None) -> None:
         self.store = store
         self.calendar = calendar
         self._jobs = jobs
@@ -57,6 +69,7 @@ class ScheduleService:
         self._clock = clock
         self._policy = AccessPolicy.from_settings(settings)
         self._listeners: list[Callable[[str], None]] = []
+        self.endpoint_tasks = endpoint_tasks
 
     @property
     def engine(self) -> Engine:
@@ -91,6 +104,8 @@ class ScheduleService:
         # run, and asking the git host here could outlast a chat's 3-second acknowledgement.
         spec = self._jobs.check(text)
         self._policy.check_can_use(actor)
+        if endpoint is not None:
+            check_endpoint_task(endpoint, spec.task, self._live_endpoints())
         now = self._clock.now()
         values = dict(name=name, cron=cron, tz=tz, text=text, channel=channel, created_by=actor.user_id,
                       via=actor.via, paused=False, overlap=check_overlap(overlap), regression_points=regression_points,
@@ -108,6 +123,16 @@ class ScheduleService:
                                                        "deploy_if_better": deploy_if_better})
         self._changed(name)
         return self.get(name)
+
+    def endpoint_warning(self, schedule: Schedule) -> str | None:
+        """The sentence a schedule is added with when its endpoint does not exist yet: its runs are offered to
+        it only once someone deploys one of them there."""
+        if not schedule.endpoint or self.endpoint_tasks is None or schedule.endpoint in self._live_endpoints():
+            return None
+        return endpoint_missing_words(schedule.name, schedule.endpoint, list(self._live_endpoints()))
+
+    def _live_endpoints(self) -> Mapping[str, str]:
+        return self.endpoint_tasks() if self.endpoint_tasks is not None else {}
 
     def _count_by(self, conn: Connection, user_id: str) -> int:
         query = select(func.count()).select_from(schedules_table).where(schedules_table.c.created_by == user_id)
@@ -134,7 +159,8 @@ class ScheduleService:
         if not schedules:
             return 'No schedules yet: /schedule add NAME cron="0 2 * * *" <train arguments>.'
         return "\n".join(
-            f"{s.name}  cron={s.cron!r} tz={s.tz}  next: {s.next_run_text()}  last: {s.last_result or 'none yet'}"
+            f"{s.name}  cron={s.cron!r} tz={s.tz}{endpoint_words(s)}  next: {s.next_run_text()}  "
+            f"last: {s.last_result or 'none yet'}"
             for s in schedules
         )
 

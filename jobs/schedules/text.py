@@ -4,13 +4,16 @@ parsed out of the /train arguments, and the rule for schedule names.
 
 from __future__ import annotations
 
+import difflib
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from jobs.comparison import DEFAULT_REGRESSION_POINTS
 from jobs.errors import ScheduleError
-from jobs.planning.grammar import normalize_slack_text
+from jobs.planning.grammar import plain_punctuation
+from jobs.schedules.store import Schedule
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]{0,62}", re.ASCII)
 DEFAULT_TZ = "UTC"
@@ -40,7 +43,7 @@ def parse_add_text(text: str) -> AddRequest:
     """``cron="0 2 * * *" [tz=ZONE] [overlap=queue] [threshold=0.5] [deploy_if_better=yes endpoint=NAME]
     <train args>``."""
     try:
-        tokens = shlex.split(normalize_slack_text(text))
+        tokens = shlex.split(plain_punctuation(text))
     except ValueError:
         raise ScheduleError('The command has an unbalanced quote: write the cron as cron="0 2 * * *".') from None
     found: dict[str, str] = {}
@@ -111,3 +114,28 @@ def check_name(name: str) -> str:
             f"{name!r} cannot name a schedule: use up to 63 letters, digits, - and _, starting with a letter or digit."
         )
     return name
+
+
+def check_endpoint_task(endpoint: str, task: str | None, live: Mapping[str, str]) -> None:
+    """A schedule's endpoint=NAME that serves another task is refused: none of its runs could go there. One that
+    does not exist yet is taken (with endpoint_missing_words said back): the first run is deployed to make it."""
+    serves = live.get(endpoint)
+    if serves is not None and task is not None and serves != task:
+        raise ScheduleError(f"Endpoint {endpoint} serves {serves}, and this schedule trains {task}: none of its "
+                            f"runs could be promoted there. Name an endpoint that serves {task}, or leave endpoint= "
+                            "out.")
+
+
+def endpoint_missing_words(schedule: str, endpoint: str, live: list[str]) -> str:
+    """Said when a schedule is added with an endpoint that does not exist (yet)."""
+    near = difflib.get_close_matches(endpoint, live, n=1, cutoff=0.6)
+    hint = f" Did you mean {near[0]}?" if near else ""
+    return (f"Endpoint {endpoint} does not exist yet: {schedule}'s runs are compared, but none is promoted until "
+            f"one is deployed there (/deploy JOB name={endpoint} after its first run).{hint}")
+
+
+def endpoint_words(schedule: Schedule) -> str:
+    """`  endpoint=prod (deploy_if_better)` in /schedule list; "" for a schedule without one."""
+    if not schedule.endpoint:
+        return ""
+    return f"  endpoint={schedule.endpoint}" + (" (deploy_if_better)" if schedule.deploy_if_better else "")

@@ -103,4 +103,33 @@ def test_the_registry_and_endpoint_commands_and_their_refusals(moto_aws: MotoAws
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
     installed = trainbot(env, "models")  # the installed command, on the same home
     assert installed.returncode == 0, installed.stderr
-    assert installed.stdout.startswith("Model lines (1)") and "trainbot-question-answering: 2 version(s)" in installed.stdout
+    assert installed.stdout.startswith("Model lines (1)") and "trainbot-question-answering: 2 versions" in installed.stdout
+
+
+def test_a_promotion_that_makes_the_endpoint_worse_is_refused_without_yes(moto_aws: MotoAws, cli) -> None:  # noqa: F811
+    """Issue 35, item 2: `trainbot promote` of a model worse on the comparison's metric than what serves is
+    refused with one sentence naming the regression (exit 2, nothing asked of SageMaker); `--yes` goes ahead."""
+    lineages = []
+    for accuracy in (1.0, 0.54):
+        launched = cli("launch", "distilbert-spot")
+        assert launched.returncode == 0, launched.stderr
+        lineage = launched.stdout.strip().splitlines()[-1]
+        set_training_job_state(f"{lineage}-1", "Completed", final_metrics={"eval_accuracy": accuracy},
+                               model_artifacts=f"s3://{moto_aws.bucket}/trainbot/{lineage}/output/m.tar.gz")
+        lineages.append(lineage)
+    good, worse = lineages
+    assert cli("watch", "--once").returncode == 0
+    assert cli("deploy", good, "name=sentiment").returncode == 0
+    assert cli("watch", "--once").returncode == 0
+
+    assert refused(cli, "promote", worse, "sentiment") == (
+        f"trainbot: Not promoted: {worse} is worse than {good}, which sentiment serves now: eval_accuracy 1 → 0.54 "
+        f"(-46.00 points). Add --yes to promote it anyway: trainbot promote {worse} sentiment --yes")
+    history = json.loads(cli("endpoint", "sentiment", "--json").stdout)
+    assert [r["action"] for r in history["revisions"]] == ["deploy"]  # nothing was asked of the endpoint
+
+    # Past the question the promotion is recorded and asked of SageMaker (moto lacks UpdateEndpoint, so the
+    # update itself is followed in tests/bot/test_slack_promote_buttons.py, on the stub).
+    anyway = cli("promote", worse, "sentiment", "--yes")
+    history = json.loads(cli("endpoint", "sentiment", "--json").stdout)
+    assert [r["action"] for r in history["revisions"]] == ["promote", "deploy"], (anyway.stderr, history)

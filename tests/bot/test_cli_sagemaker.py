@@ -202,3 +202,52 @@ def test_status_refreshes_a_job_nothing_watches_and_says_why_it_ended(
     assert "  ended: AlgorithmError: ExecuteUserScriptError: exit 1" in again.stdout.splitlines()
     assert "refreshed" not in again.stdout  # nothing to refresh: it has ended
     store.dispose()
+
+
+def test_status_describes_a_job_that_ended_after_the_last_watch_cycle(
+    moto_server: MotoAws, cli_env: dict[str, str]  # noqa: F811
+) -> None:
+    """Issue 35, item 7: a console (or `watch`) that ran a cycle a moment ago leaves a fresh watch stamp; a job
+    that ended since is still described by `trainbot status`, not shown running with its cost growing."""
+    lineage = trainbot(cli_env, "launch", "distilbert-spot").stdout.strip().splitlines()[-1]
+    set_training_job_state(f"{lineage}-1", "InProgress", "Training")
+    assert trainbot(cli_env, "watch", "--once").returncode == 0  # the stamp: watched just now, and it ran
+    assert "running" in trainbot(cli_env, "status", lineage).stdout.splitlines()[0]
+    set_training_job_state(f"{lineage}-1", "Completed", "Completed", billable_seconds=300, training_seconds=1000,
+                           final_metrics={"eval_accuracy": 0.91})
+
+    status = trainbot(cli_env, "status", lineage)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[0] == f"Job {lineage}: completed"
+    assert "refreshed from the backend" not in status.stdout  # watched lately: nothing to say about following it
+
+
+def test_jobs_and_status_of_every_job_as_json_for_scripts(
+    moto_server: MotoAws, cli_env: dict[str, str]  # noqa: F811
+) -> None:
+    """Issue 35, item 12: `trainbot jobs --json` and `trainbot status --json` without a job (every job)."""
+    import json
+
+    assert json.loads(trainbot(cli_env, "jobs", "--json").stdout) == []
+    first = trainbot(cli_env, "launch", "distilbert-spot").stdout.strip().splitlines()[-1]
+    second = trainbot(cli_env, "launch", "bert-squad").stdout.strip().splitlines()[-1]
+    set_training_job_state(f"{first}-1", "Completed", "Completed", billable_seconds=300, training_seconds=1000,
+                           final_metrics={"eval_accuracy": 0.91})
+    set_training_job_state(f"{second}-1", "InProgress", "Training")
+
+    listed = trainbot(cli_env, "jobs", "--json")
+    assert listed.returncode == 0, listed.stderr
+    jobs = {job["id"]: job for job in json.loads(listed.stdout)}
+    assert set(jobs) == {first, second}
+    assert set(jobs[first]) == {"id", "status", "ended", "job_name", "attempts", "task", "model", "dataset",
+                                "instance_type", "instance_count", "spot", "backend", "launched_by", "schedule",
+                                "worst_case_usd", "created_at", "updated_at"}
+    assert (jobs[second]["job_name"], jobs[second]["instance_count"], jobs[second]["spot"]) == (f"{second}-1", 2, False)
+
+    statuses = trainbot(cli_env, "status", "--json")
+    assert statuses.returncode == 0, statuses.stderr
+    reports = {report["lineage_id"]: report for report in json.loads(statuses.stdout)}
+    assert reports[first]["status"] == "completed" and reports[first]["spot_savings"] == "70%"
+    assert reports[second]["status"] == "running" and reports[second]["partial"] is True
+    text = trainbot(cli_env, "status")
+    assert f"Job {first}: completed" in text.stdout and f"Job {second}: running" in text.stdout

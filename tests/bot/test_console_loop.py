@@ -70,23 +70,24 @@ def test_piped_lines_are_echoed_and_end_at_eof(tmp_path: Path) -> None:
     assert "Buttons you can press now: none yet" in transcript
     assert "trainbot> cancel\nCancelled: nothing was launched." in transcript
     # Cancel answered the plan card, so its Launch button is gone, as in Slack.
-    assert "trainbot> launch\nUnknown input `launch`" in transcript
+    assert "trainbot> launch\nThe newest card (Plan: distilbert-base-uncased on 1 x ml.p3.2xlarge, c1) was answered " \
+           "with Cancel, so its buttons are gone: nothing was pressed.\n" in transcript
     assert "trainbot> /capacity\nUsage: /capacity JOB" in transcript
     assert "trainbot> /capacity nope-1\n" in transcript and backend.created == []
 
 
 @pytest.mark.timeout(60)
-def test_stop_button_asks_nothing_in_a_script_and_quit_ends_it(tmp_path: Path) -> None:
+def test_stop_button_takes_its_answer_from_the_next_line_and_quit_ends_it(tmp_path: Path) -> None:
     backend = ScriptedBackend(clock=SystemClock())
     script = tmp_path / "stop.txt"
-    script.write_text("/train bert-squad\nlaunch\nstop $last\nquit\n/jobs\n")
+    script.write_text("/train bert-squad\nlaunch\nstop $last\nyes\nquit\n/jobs\n")
     out = io.StringIO()
 
     code = run_console(runtime_on(backend, tmp_path / "home"), script, stdout=out)
 
     transcript = out.getvalue()
     assert code == 0, transcript
-    assert "(Stop this job? The container gets SIGTERM" in transcript
+    assert re.search(r"\nStop bert-squad-[0-9a-f]+\? The container gets SIGTERM.*\[y/N\]\n\[y/N\] yes\n", transcript)
     assert len(backend.stopped) == 1
     assert "trainbot> /jobs" not in transcript  # nothing after quit is read
     assert transcript.rstrip().endswith("stopped")
@@ -141,8 +142,8 @@ def test_notify_logs_and_home_in_the_console(tmp_path: Path) -> None:
     assert routed in transcript and "#CONSOLE" in transcript.split(routed, 1)[1].splitlines()[0]
     assert "✉ direct message" not in transcript  # /notify dm off
     logs = transcript.split("trainbot> /logs $last 1\n", 1)[1].split("trainbot> ", 1)[0]
-    assert f"Reading the last 1 lines of {lineage}-1's log…" in logs
-    assert f"{lineage}-1 (1 lines)" in logs and "ValueError: the train channel is empty" in logs
+    assert f"Reading the last 1 line of {lineage}-1's log…" in logs
+    assert f"{lineage}-1 (1 line)" in logs and "ValueError: the train channel is empty" in logs
     assert "loading data" not in logs
     pressed = transcript.split("trainbot> logs\n", 1)[1].split("trainbot> ", 1)[0]
     assert "loading data" in pressed  # the failed card's Logs button: the default 40 lines

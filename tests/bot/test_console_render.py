@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from bot import console_render as render
+from bot.console_cards import NotPressed, Press
 from bot.console_chat import ConsoleChat, Screen
 from handlers import blocks as bk
 from handlers import cards
@@ -119,20 +120,31 @@ def test_posted_card_updates_print_only_what_changed(tmp_path: Path) -> None:
     assert printed[-2:] == ["↻ job-1: Status: completed", "    ↳ job-1 › all good"]
 
 
-def test_buttons_are_found_by_label_and_target_and_retired(tmp_path: Path) -> None:
-    chat, _ = _chat(tmp_path)
+def test_a_bare_label_presses_only_the_newest_card_and_an_older_one_by_its_name(tmp_path: Path) -> None:
+    chat, out = _chat(tmp_path)
     chat.post("C", "a", blocks=[bk.header("job-a"), bk.actions([cards.stop_button("job-a")])])
     chat.post("C", "b", blocks=[bk.header("job-b"), bk.actions([cards.stop_button("job-b")])])
-    chat.show(Reply(text="plan", blocks=[bk.header("Plan"), bk.actions([bk.button("Launch", "train.launch", "v")])]))
     newest = chat.find("STOP")
-    named = chat.find("stop", "job-a")
-    assert newest is not None and newest[1].value == "job-b"
-    assert named is not None and named[1].value == "job-a" and named[1].confirm is not None
-    assert chat.labels() == ["launch", "stop"]
+    assert isinstance(newest, Press) and newest.button.value == "job-b"
+    assert "Stop job-b?" in (newest.button.confirm or "")  # the question names the job it stops
+    chat.show(Reply(text="plan", blocks=[bk.header("Plan"), bk.actions([bk.button("Launch", "train.launch", "v")])]))
+    assert "└ [Launch]  · card c3" in out.getvalue()  # the handle an older card is named by
+    # The plan card is the newest now: a bare `stop` presses nothing, and says which card has one.
+    refused = chat.find("stop")
+    assert isinstance(refused, NotPressed)
+    assert refused.sentence.startswith("The newest card (Plan, c3) has no Stop button now: nothing was pressed.")
+    assert "`stop c2` (job-b)" in refused.sentence
+    for name in ("job-a", "c1"):
+        named = chat.find("stop", name)
+        assert isinstance(named, Press) and named.button.value == "job-a"
+    assert chat.labels() == ["launch"]
     plan = chat.find("launch")
-    assert plan is not None and plan[0].ephemeral
-    chat.retire(plan[0].key)
-    assert chat.find("launch") is None and chat.find("nothing") is None
+    assert isinstance(plan, Press) and plan.card.ephemeral
+    chat.retire(plan.card.key, answered_by="Cancel")
+    gone = chat.find("launch")
+    assert isinstance(gone, NotPressed) and "was answered with Cancel" in gone.sentence
+    assert chat.find("nothing") is None
+    assert isinstance(chat.find("stop", "job-z"), NotPressed)
 
 
 def test_uploads_are_saved_under_home_with_their_path_printed(tmp_path: Path) -> None:
@@ -156,3 +168,22 @@ def test_dm_and_ephemeral_text(tmp_path: Path) -> None:
     chat.dm("console:me", "Your job *x* failed")
     chat.post_ephemeral("C", "console:me", "Stopping <@U1>")
     assert out.getvalue().splitlines() == ["✉ direct message to console:me: Your job x failed", "Stopping @U1"]
+
+
+def test_every_emoji_the_bot_writes_is_a_character_in_the_console() -> None:
+    """Issue 35, item 10: `:rewind:` showed raw beside real emoji. Every shortcode in the bot's texts (a
+    `:name:` followed by a space, as the texts write them) becomes one character."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    found: set[str] = set()
+    for package in ("handlers", "jobs", "bot"):
+        for source in (root / package).rglob("*.py"):
+            found |= set(re.findall(r"(?<=[\"'\s]):([a-z][a-z0-9_+-]*):(?= )", source.read_text()))
+    assert {"rewind", "warning", "rocket"} <= found
+    raw = sorted(name for name in found if render.mrkdwn(f":{name}: x") == f":{name}: x")
+    assert raw == []
+
+
+def test_code_blocks_show_slacks_entities_as_the_characters_they_are() -> None:
+    assert render.text_lines("Logs:\n```x &lt;tag&gt; &amp; co```") == ["Logs:", "  x <tag> & co"]

@@ -329,5 +329,5 @@ def test_logs_shows_every_hosts_stream_labelled_and_a_long_one_as_a_snippet(moto
     assert uploaded.startswith("== algo-1 (40 lines) ==\nhost 1 step 20 ")
     assert "== algo-2 (40 lines) ==" in uploaded and "host 2 step 59" in uploaded
     note = rig.slack.calls_to("chat.postEphemeral")[-1].params["text"]
-    assert note == f"{job}: 80 log lines of 2 host(s) are longer than a message; they are in the file posted in the job's thread."
+    assert note == f"{job}: 80 log lines of 2 hosts are longer than a message; they are in the file posted in the job's thread."
 

@@ -159,35 +159,26 @@ def launch_value(blocks: list[dict]) -> str:
     return next(b["value"] for b in buttons_in(blocks) if b["action_id"] == cards.ACTION_LAUNCH)
 
 
-@pytest.mark.parametrize(("channel", "channel_name"), [("D0PEOPLE", "directmessage"), ("G0SECRET", "privategroup")])
-def test_train_where_the_bot_cannot_post_offers_the_fix_and_a_dm_and_launches_nothing_there(
-        rig: HttpRig, channel: str, channel_name: str) -> None:
-    """Slack takes /train in a DM between people or a private channel the bot is not in, but refuses the
-    bot's posts there (channel_not_found): the job would launch with no card and no thread."""
+@pytest.mark.parametrize(("channel", "channel_name", "says"), [
+    ("D0PEOPLE", "directmessage", "will be in your DM with trainbot"),
+    ("G0SECRET", "privategroup", "/invite @trainbot"),
+])
+def test_train_where_the_bot_cannot_post_says_where_the_job_will_post_and_launch_works(
+        rig: HttpRig, channel: str, channel_name: str, says: str) -> None:
+    """Issue 35, item 13: Slack takes /train in a DM between people or a private channel the bot is not in (its
+    channel_name says which) but refuses the bot's posts there. The card says, before Launch, where the job's
+    card and thread will be, and its Launch starts the job there at once (no second card, no lookup)."""
     rig.slack.hide(channel)
     status, body = rig.bot.post(slash_command("/train", "distilbert-spot", channel=channel, channel_name=channel_name,
                                               response_url=rig.slack.response_url("cmd")))
-    first = json.loads(body)
-    assert status == 200 and "blocks" in first  # not known yet at the ack: the card, then the check
-    offer, = rig.slack.wait_calls("response")
-    assert offer.params["response_type"] == "ephemeral"
-    assert "/invite @trainbot" in json.dumps(offer.params["blocks"])
-    assert [b["text"]["text"] for b in buttons_in(offer.params["blocks"])][0] == texts.BUTTON_LAUNCH_DM
-    rig.slack.clear()
-
-    # The first card's Launch: nothing is launched, and the presser is told why and what to do.
-    rig.bot.post(block_action(cards.ACTION_LAUNCH, launch_value(first["blocks"]), channel=channel,
-                              response_url=rig.slack.response_url("first")))
-    rig.slack.wait_for(lambda calls: sum(c.method == "response" for c in calls) >= 2)
+    card = json.loads(body)
+    assert status == 200 and says in json.dumps(card["blocks"])
+    assert [b["text"]["text"] for b in buttons_in(card["blocks"])][0] == texts.BUTTON_LAUNCH_DM
     rig.settle()
-    assert rig.world.store.list_lineages() == [] and rig.world.backend.created == []
-    told = [c.params["text"] for c in rig.slack.calls_to("response")]
-    assert any(text.startswith("Nothing was launched") and "/invite @trainbot" in text for text in told)
+    assert rig.slack.calls_to("response") == [] and rig.slack.calls_to("conversations.info") == []
 
-    # Launch in DM: the card and its thread live in the launcher's DM with the bot.
-    rig.slack.clear()
-    rig.bot.post(block_action(cards.ACTION_LAUNCH, launch_value(offer.params["blocks"]), channel=channel,
-                              response_url=rig.slack.response_url("offer")))
+    rig.bot.post(block_action(cards.ACTION_LAUNCH, launch_value(card["blocks"]), channel=channel,
+                              response_url=rig.slack.response_url("card")))
     rig.slack.wait_calls("chat.update")
     rig.settle()
     lineage, = rig.world.store.list_lineages()
@@ -198,9 +189,31 @@ def test_train_where_the_bot_cannot_post_offers_the_fix_and_a_dm_and_launches_no
     assert "your DM with trainbot" in rig.slack.calls_to("response")[0].params["text"]
 
 
+def test_a_channel_found_unreachable_after_the_ack_gets_a_second_card_and_its_first_launches_nothing(
+        rig: HttpRig) -> None:
+    """Where Slack's channel_name says nothing (a shared channel the bot left, say), the card is drawn, the check
+    follows off the ack path, and a second card offers the DM; the first card's Launch launches nothing."""
+    rig.slack.hide("C0SHARED")
+    status, body = rig.bot.post(slash_command("/train", "distilbert-spot", channel="C0SHARED", channel_name="partners",
+                                              response_url=rig.slack.response_url("cmd")))
+    first = json.loads(body)
+    assert status == 200 and "blocks" in first
+    offer, = rig.slack.wait_calls("response")
+    assert "/invite @trainbot" in json.dumps(offer.params["blocks"])
+    assert [b["text"]["text"] for b in buttons_in(offer.params["blocks"])][0] == texts.BUTTON_LAUNCH_DM
+    rig.slack.clear()
+    rig.bot.post(block_action(cards.ACTION_LAUNCH, launch_value(first["blocks"]), channel="C0SHARED",
+                              response_url=rig.slack.response_url("first")))
+    rig.slack.wait_for(lambda calls: sum(c.method == "response" for c in calls) >= 2)
+    rig.settle()
+    assert rig.world.store.list_lineages() == [] and rig.world.backend.created == []
+    told = [c.params["text"] for c in rig.slack.calls_to("response")]
+    assert any(text.startswith("Nothing was launched") and "/invite @trainbot" in text for text in told)
+
+
 def test_once_known_the_card_itself_offers_the_dm(rig: HttpRig) -> None:
-    rig.slack.hide("D0PEOPLE")
-    command = slash_command("/train", "distilbert-spot", channel="D0PEOPLE", channel_name="directmessage",
+    rig.slack.hide("C0SHARED")
+    command = slash_command("/train", "distilbert-spot", channel="C0SHARED", channel_name="partners",
                             response_url=rig.slack.response_url())
     rig.bot.post(command)
     rig.slack.wait_calls("response")

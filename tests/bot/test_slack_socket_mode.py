@@ -118,9 +118,10 @@ def test_train_from_a_dm_between_people_over_socket_mode_offers_the_dm(rig: Rig)
     rig.slack.hide("D0PEOPLE")
     command = slash_command("/train", "distilbert-spot", channel="D0PEOPLE", channel_name="directmessage",
                             response_url=rig.slack.response_url("cmd"))
-    rig.socket.wait_ack(rig.socket.send("slash_commands", command))
-    offer, = rig.slack.wait_calls("response")
-    value = next(b["value"] for b in buttons_in(offer.params["blocks"]) if b["action_id"] == cards.ACTION_LAUNCH)
+    ack = rig.socket.wait_ack(rig.socket.send("slash_commands", command))
+    # Slack's channel_name says it is a DM: the card in the ack itself says where the job will post.
+    assert ack.payload is not None and "your DM with trainbot" in json.dumps(ack.payload["blocks"])
+    value = next(b["value"] for b in buttons_in(ack.payload["blocks"]) if b["action_id"] == cards.ACTION_LAUNCH)
     rig.socket.wait_ack(rig.socket.send("interactive", block_action(
         cards.ACTION_LAUNCH, value, channel="D0PEOPLE", response_url=rig.slack.response_url("click"))))
     rig.slack.wait_calls("chat.update")

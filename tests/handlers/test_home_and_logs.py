@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from handlers import cards, router
+from handlers import cards, router, texts
 from handlers.blocks import buttons_in
 from handlers.home import HomeRefresher, home_blocks
 from jobs import lineage as moves
@@ -185,6 +185,8 @@ def test_a_local_jobs_card_prices_it_as_sagemaker_would_bill_it(world: World) ->
     end(world, lineage_id, LineageStatus.COMPLETED, billable=600)
     ran_here = replace(world.jobs.get(lineage_id), backend="local")
     _, card = cards.launch_card(ran_here)
-    assert "on SageMaker (free here)" in flat(card)
+    # Said once, in the card's context line; the cost itself is a plain amount (issue 35.11).
+    assert flat(card).count("free here") == 1 and texts.LOCAL_PRICES_NOTE in flat(card)
+    assert "on SageMaker (free here)" not in flat(card)
     _, card = cards.launch_card(world.jobs.get(lineage_id))
     assert "free here" not in flat(card)

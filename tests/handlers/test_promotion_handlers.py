@@ -89,7 +89,7 @@ def test_the_outbox_lines_carry_the_button_a_person_wants_next(world) -> None:
 def test_models_and_endpoint_read_the_registry_and_the_history(world) -> None:
     world, _, _ = world
     models = router.run_command(world.ctx(), "models", "")
-    assert "Model lines (1)" in models.text and "trainbot-question-answering: 2 version(s)" in models.text
+    assert "Model lines (1)" in models.text and "trainbot-question-answering: 2 versions" in models.text
     line = router.run_command(world.ctx(), "models", "trainbot-question-answering")
     assert "v1 qa-1: pending · eval_exact_match 70, eval_f1 80, eval_loss 1.25; serves prod" in line.text
     assert "v2 qa-2: pending" in line.text and "not deployed" in line.text

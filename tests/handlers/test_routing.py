@@ -149,7 +149,7 @@ def test_off_list_and_the_refusals_of_notify(world: World) -> None:
     assert "failed for every job (added by <@U_ALICE>)" in listing and "jobs launched by <@U_BOB>" in listing
     assert "failures and give-ups only" in listing
     answer = notify(world, "off", actor=BOB)
-    assert answer.startswith("Removed 1 subscription(s)") and "<@U_ALICE>" in answer
+    assert answer.startswith("Removed 1 subscription from this channel. 1 added by someone else stays (") and "<@U_ALICE>" in answer
     assert "Unknown event 'explode'" in notify(world, "on explode")
     strict = make_world(world.settings.trainbot_home / "strict", trainbot_allowed_users=("U_ALICE",))
     refused = router.run_command(strict.ctx(dataclasses.replace(BOB, channel_id=ALERTS)), "notify", "on")
@@ -210,5 +210,5 @@ def test_idle_endpoints_are_routed_to_unfiltered_subscriptions(world: World) -> 
     world.clock.advance(timedelta(seconds=1).total_seconds())
     deliver_all(world)
     line, = lines_in(world, ALERTS)
-    assert line.text == (":money_with_wings: 2 endpoint(s) idle for more than 24 h: ep-a, ep-b; $42.50 so far. "
+    assert line.text == (":money_with_wings: 2 endpoints idle for more than 24 h: ep-a, ep-b; $42.50 so far. "
                          "`/undeploy NAME` stops the cost.")

@@ -41,7 +41,9 @@ def button_value(reply: Reply, action_id: str) -> str:
 def test_help_answers_with_the_grammar(world: World) -> None:
     for text in ("help", ""):
         reply = plan(world, text)
-        assert reply.ephemeral and "bert-squad" in reply.text and "spot" in reply.text and not reply.blocks
+        assert reply.ephemeral and "bert-squad" in reply.text and "help KEY" in reply.text
+        walk_limits(reply.blocks)
+        assert "bert-squad" in json.dumps(reply.blocks) and "spot" in json.dumps(reply.blocks)
 
 
 def test_plan_card_shows_spec_cost_savings_and_buttons(world: World) -> None:

@@ -47,7 +47,7 @@ def test_a_completed_job_stays_completed_when_its_curves_cannot_be_drawn(tmp_pat
         world.endings.process_due()
     [done] = world.notes(events.COMPLETED)
     assert done["png_path"] is None and done["report"]["status"] == "completed"
-    assert done["report"]["headline"] == {"accuracy": 0.91, "loss": 0.3}
+    assert done["report"]["headline"] == {"accuracy": 0.91, "eval loss": 0.3}
     # The folder is fixed later: the picture follows the report into the thread.
     plots.unlink()
     world.clock.advance(3600)

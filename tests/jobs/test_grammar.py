@@ -172,7 +172,8 @@ def test_max_instances_is_enforced() -> None:
     [
         ("hp.run_name=\u201cmy run\u201d", 'hp.run_name="my run"'),
         ("hp.run_name=\u2018my run\u2019", "hp.run_name='my run'"),
-        ("\u2014instances=2", "-instances=2"),
+        ("\u2014instances=2", "instances=2"),  # a typed `--` Slack made an em-dash
+        ("--spot=yes hp.x=-1 a -b", "spot=yes hp.x=-1 a -b"),
         ("a\u2013b", "a-b"),
         ("a\u00a0b\u202fc", "a b c"),
         ("a\u200bb", "ab"),

@@ -54,7 +54,7 @@ def two_attempts() -> Lineage:
 
 def test_the_final_report_sums_the_attempts() -> None:
     report = build_report(two_attempts(), ScriptedBackend())
-    assert report.headline == {"exact_match": 81.2, "f1": 88.5, "loss": 1.1}
+    assert report.headline == {"exact_match": 81.2, "f1": 88.5, "eval loss": 1.1}
     assert (report.billable_seconds, report.training_seconds) == (900, 3000)
     assert report.spot_savings_pct == "70%"
     expected = prices.cost_of("ml.p3.2xlarge", 1, 600, True) + prices.cost_of("ml.p3.8xlarge", 1, 300, True)

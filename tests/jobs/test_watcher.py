@@ -368,7 +368,7 @@ def test_completed_enqueues_the_final_report_and_curves(world: World) -> None:
     [done] = world.notes(events.COMPLETED)
     report = done["report"]
     assert report["spot_savings"] == "70%"
-    assert report["headline"] == {"accuracy": 0.91, "loss": 0.3}
+    assert report["headline"] == {"accuracy": 0.91, "eval loss": 0.3}
     assert report["status"] == "completed" and not report["partial"]
     assert report["cost_usd"] == round(prices.cost_of("ml.p3.2xlarge", 1, 300, True), 2) > 0
     png = Path(done["png_path"])

@@ -140,7 +140,7 @@ def test_completed_job_gets_its_report_and_curves_from_cloudwatch(rig: Rig) -> N
     assert rig.store.get_lineage(lineage.id).status is LineageStatus.COMPLETED
     [done] = rig.notes(events.COMPLETED)
     assert done["report"]["spot_savings"] == "70%"
-    assert done["report"]["headline"] == {"accuracy": 0.85, "loss": 0.41}
+    assert done["report"]["headline"] == {"accuracy": 0.85, "eval loss": 0.41}
     assert done["report"]["links"]["job"].endswith(f"#/jobs/{job}")
     # The model link is where DescribeTrainingJob says the model is, under the lineage's output prefix.
     assert done["report"]["links"]["model"].endswith(f"&prefix=trainbot/{lineage.id}/output/{job}/output/")

@@ -66,6 +66,7 @@ class JobState:
     processes: int = 1
     offline: bool = True
     note: str = ""
+    model_label: str = ""  # what trains: "tiny BERT" offline, else the spec's model (scaling.LocalRun)
     checkpoint_dir: str = ""
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     max_run: int | None = None

@@ -170,6 +170,10 @@ class LocalBackend:
         folder = self._folder(job_name)
         return local_status.metric_series(folder)
 
+    def trained_model(self, job_name: str) -> str | None:
+        """jobs.backend.StandIn: the model this job's run trained (the tiny BERT offline)."""
+        return self._folder(job_name).load().model_label or None
+
     def console_links(self, job_name: str, model_artifacts: str | None = None) -> dict[str, str]:
         folder = self._folder(job_name)
         state = folder.load()
@@ -280,6 +284,7 @@ class LocalBackend:
             processes=run.processes,
             offline=offline,
             note=f"{run.note()}; {local_container.RUNNER_LABELS[kind]}; {self._sandbox.describe(network=not offline)}",
+            model_label=run.model_label,
             checkpoint_dir=str(checkpoints),
             hyperparameters=hps,
             max_run=plan.estimator.get("max_run"),
