@@ -4,7 +4,7 @@ into clean virtual environments by tools/install.sh, the script the Dockerfile r
 - ``installed_bot``: ``.venv-installed-bot`` from locks/bot.txt (the image's set: no torch), with the wheel the
   same call built into dist/.
 - ``installed_local``: ``.venv-installed-local`` from locks/local.txt with that wheel, for the console on the
-  local backend (torch and transformers).
+  local backend (torch and transformers); installed in the background while the bot's tests run.
 
 Each is made by the script when it is missing and brought up to date when it is there (the lock's packages
 are then already in place, and the wheel of this tree is built and installed again), so what runs is this
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,11 +58,13 @@ class Installed:
                               capture_output=True, text=True, timeout=timeout, check=False)
 
 
-def install(venv: Path, lock: str, package: str) -> None:
-    done = subprocess.run([str(INSTALL), str(venv), f"locks/{lock}.txt", package], cwd=ROOT,
-                          capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S, check=False)
-    assert done.returncode == 0, f"tools/install.sh {venv.name} locks/{lock}.txt {package} failed:\n" + (
-        done.stdout + done.stderr)[-4000:]
+def _install_command(venv: Path, lock: str, package: str) -> list[str]:
+    return [str(INSTALL), str(venv), f"locks/{lock}.txt", package]
+
+
+def _check(done: subprocess.CompletedProcess[str] | tuple[int, str], what: list[str]) -> None:
+    code, output = (done.returncode, done.stdout + done.stderr) if isinstance(done, subprocess.CompletedProcess) else done
+    assert code == 0, f"{' '.join(what[1:])} failed:\n" + output[-4000:]
 
 
 def the_wheel() -> Path:
@@ -70,17 +73,41 @@ def the_wheel() -> Path:
     return wheels[0]
 
 
-@pytest.fixture(scope="session")
-def installed_bot() -> Installed:
-    venv = ROOT / ".venv-installed-bot"
-    with exclusive_lock(BUILD_LOCK):
-        install(venv, "bot", ".")
-        return Installed(venv, the_wheel())
+@dataclass
+class Installs:
+    """The bot's venv, ready; the local one, being installed beside the bot's tests (torch takes minutes)."""
+
+    bot: Installed
+    local_command: list[str]
+    local_process: subprocess.Popen[str]
+
+    def local(self) -> Installed:
+        output, _ = self.local_process.communicate(timeout=INSTALL_TIMEOUT_S)
+        _check((self.local_process.returncode, output or ""), self.local_command)
+        return Installed(Path(self.local_command[1]), self.bot.wheel)
 
 
 @pytest.fixture(scope="session")
-def installed_local(installed_bot: Installed) -> Installed:
-    venv = ROOT / ".venv-installed-local"
+def installs() -> Iterator[Installs]:
+    command = _install_command(ROOT / ".venv-installed-bot", "bot", ".")
     with exclusive_lock(BUILD_LOCK):
-        install(venv, "local", str(installed_bot.wheel))
-        return Installed(venv, installed_bot.wheel)
+        _check(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
+                              check=False), command)
+        wheel = the_wheel()
+    local = _install_command(ROOT / ".venv-installed-local", "local", str(wheel))
+    process = subprocess.Popen(local, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    made = Installs(Installed(Path(command[1]), wheel), local, process)
+    yield made
+    if process.poll() is None:  # only the bot's tests ran: the local venv is not waited for
+        process.terminate()
+        process.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def installed_bot(installs: Installs) -> Installed:
+    return installs.bot
+
+
+@pytest.fixture(scope="session")
+def installed_local(installs: Installs) -> Installed:
+    return installs.local()

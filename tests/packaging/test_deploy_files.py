@@ -29,7 +29,7 @@ def test_the_image_installs_with_the_ci_script_and_the_bot_lock() -> None:
         ("locks/bot.txt", None), ("locks/bot.txt", " .")]
     assert not any(re.search(r"\bpip3? install\b", run) for run in runs), "the image installs with tools/install.sh only"
     conftest = (ROOT / "tests" / "packaging" / "conftest.py").read_text()
-    assert 'install(venv, "bot", ".")' in conftest  # CI's installed bot: the same lock, the same package argument
+    assert '_install_command(ROOT / ".venv-installed-bot", "bot", ".")' in conftest  # CI's installed bot: same lock, same argument
 
 
 def test_the_image_has_git_runs_as_its_own_user_and_checks_healthz() -> None:
