@@ -64,7 +64,7 @@ def test_s3_reaches_the_bucket_and_the_code_sources_only() -> None:
     assert not allowed(Request("s3:GetObject", "arn:aws:s3:::payroll/2026.csv"), statements())
 
 
-@pytest.mark.iam_refusal_expected
+@pytest.mark.iam_unchecked("the bot attempts a refused stop on purpose; the test judges its calls itself")
 def test_the_bot_may_stop_its_own_job_and_not_one_it_did_not_launch(moto_aws: MotoAws) -> None:  # noqa: F811
     backend = sagemaker_backend(moto_aws)
     ours = plan_for("distilbert-spot", "iam-ours")

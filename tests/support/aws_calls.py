@@ -1,9 +1,10 @@
 """Every AWS call made in this test process, recorded from botocore's own event hooks, with who made it.
 
-``install()`` adds two handlers to botocore's built-in list, so every botocore session made afterwards (the
-bot's, the SageMaker SDK's on it, the tests' own) registers them: ``before-parameter-build`` keeps the call's
-API parameters in its request context, and ``before-call`` records them with the service, the operation, the
-tags of the resource acted on (read from moto's in-process backend at that moment, before a delete takes
+``install()`` adds a handler to botocore's built-in list, so every botocore session made afterwards (the
+bot's, the SageMaker SDK's on it, the tests' own) registers it: on ``before-parameter-build`` (emitted for every
+call, before anything may answer in the service's place, as tests/support/update_endpoint.py answers
+UpdateEndpoint for moto) it records the call's API parameters with the service, the operation, the tags of the
+resource acted on (read from moto's in-process backend at that moment, before a delete takes
 them away) and who called: the innermost frame of this repository decides, so the tests' arrangements
 (``moto_aws.client(...)``) are told apart from the bot's calls; a call with no frame of the repository (the
 SDK's upload threads) is the bot's.
@@ -27,7 +28,6 @@ import botocore.handlers
 ROOT = Path(__file__).resolve().parents[2]
 _TESTS = str(ROOT / "tests") + "/"
 _THIS = str(Path(__file__).resolve())
-_PARAMS_KEY = "trainbot_api_params"
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,7 @@ class Recorder:
     def install(self) -> None:
         if self.installed:
             return
-        botocore.handlers.BUILTIN_HANDLERS.extend([
-            ("before-parameter-build", self._keep_params),
-            ("before-call", self._record),
-        ])
+        botocore.handlers.BUILTIN_HANDLERS.append(("before-parameter-build", self._record))
         self.installed = True
 
     def calls(self, since: int = 0) -> list[AwsCall]:
@@ -67,16 +64,10 @@ class Recorder:
         with self._lock:
             return len(self._calls)
 
-    @staticmethod
-    def _keep_params(params: dict[str, Any], context: dict[str, Any] | None = None, **_: Any) -> None:
-        if context is not None:
-            context[_PARAMS_KEY] = dict(params)
-
-    def _record(self, model: Any, context: dict[str, Any] | None = None, request_signer: Any = None,
-                **_: Any) -> None:
-        params = (context or {}).get(_PARAMS_KEY, {})
+    def _record(self, params: dict[str, Any], model: Any, context: dict[str, Any] | None = None, **_: Any) -> None:
+        params = dict(params)
         service = model.service_model.service_name
-        region = str(getattr(request_signer, "region_name", "") or "")
+        region = str((context or {}).get("client_region") or "")
         call = AwsCall(service, model.name, params, region, by_test=_called_by_test(sys._getframe(1)),
                        resource_tags=_resource_tags(service, model.name, params, region))
         with self._lock:

@@ -159,9 +159,9 @@ REQUESTS: dict[str, Describe] = {
     "sagemaker.UpdateModelPackage": _on("sagemaker:UpdateModelPackage", lambda c: str(c.params["ModelPackageArn"])),
     # the bucket (code, checkpoints, outputs, registry metrics) and own code's S3 sources
     "s3.HeadBucket": _on("s3:ListBucket", _bucket),
-    "s3.ListObjectsV2": _on("s3:ListBucket", _bucket),
-    "s3.ListObjects": _on("s3:ListBucket", _bucket),
-    "s3.GetBucketLocation": _on("s3:GetBucketLocation", _bucket),
+    # The SDK's first model asks ListBuckets for its default bucket's creation date; boto3 reads AccessDenied
+    # as "unknown" and the SDK then asks HeadBucket: nothing to grant (s3:ListAllMyBuckets would list them all).
+    "s3.ListBuckets": lambda call: [],
     "s3.HeadObject": _on("s3:GetObject", _object),
     "s3.GetObject": _on("s3:GetObject", _object),
     "s3.PutObject": _on("s3:PutObject", _object),
@@ -172,8 +172,8 @@ REQUESTS: dict[str, Describe] = {
     # training logs and metrics; the rollback alarm of a promotion
     "logs.DescribeLogStreams": _on("logs:DescribeLogStreams", _log_group),
     "logs.GetLogEvents": _on("logs:GetLogEvents", _log_stream),
-    "logs.FilterLogEvents": _on("logs:FilterLogEvents", _log_group),
     "cloudwatch.GetMetricData": _everywhere("cloudwatch:GetMetricData"),
+    "cloudwatch.ListMetrics": _everywhere("cloudwatch:ListMetrics"),
     "cloudwatch.DescribeAlarms": _everywhere("cloudwatch:DescribeAlarms"),
     "cloudwatch.PutMetricAlarm": lambda c: [Request(
         action, f"arn:aws:cloudwatch:{c.region}:{ACCOUNT}:alarm:{c.params['AlarmName']}",
@@ -185,6 +185,7 @@ REQUESTS: dict[str, Describe] = {
     "sqs.SetQueueAttributes": _on("sqs:SetQueueAttributes", _queue),
     "sqs.ReceiveMessage": _on("sqs:ReceiveMessage", _queue),
     "sqs.DeleteMessage": _on("sqs:DeleteMessage", _queue),
+    "sqs.DeleteMessageBatch": _on("sqs:DeleteMessage", _queue),  # IAM names the batch by the single one
     "events.PutRule": _on("events:PutRule", _rule),
     "events.PutTargets": _on("events:PutTargets", _rule),
 }
