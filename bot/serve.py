@@ -17,6 +17,7 @@ import dataclasses
 import json
 import logging
 import signal
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,6 +37,7 @@ from bot.slack_governor import GovernedWebClient, SlackGovernor
 from handlers.context import Services
 from handlers.home import HomeRefresher
 from jobs.errors import ConfigError
+from jobs.settings import Settings
 
 if TYPE_CHECKING:
     from bot.wiring import Runtime
@@ -259,9 +261,29 @@ def _check_settings(runtime: Runtime, *, http: bool) -> None:
         raise ConfigError("Socket Mode needs SLACK_APP_TOKEN (an xapp- token with connections:write), or use --http.")
 
 
+OPEN_WORKSPACE_WARNING = (
+    "trainbot serves this whole workspace with no allow-list and no money cap: anyone may launch in any channel "
+    "(TRAINBOT_ALLOWED_USERS, TRAINBOT_ALLOWED_CHANNELS) and one click may start a job whose worst case is "
+    "thousands of dollars (TRAINBOT_MAX_JOB_USD, TRAINBOT_DAILY_BUDGET_USD); set them before inviting people "
+    "(README, \"Zero to bot\")."
+)
+
+
+def open_workspace_warning(settings: Settings) -> str | None:
+    """The start-up warning for a bot anyone may use without a cap on what they spend; None when either is set."""
+    allow_list = settings.trainbot_allowed_users or settings.trainbot_allowed_channels
+    money_cap = settings.trainbot_max_job_usd is not None or settings.trainbot_daily_budget_usd is not None
+    return None if allow_list or money_cap else OPEN_WORKSPACE_WARNING
+
+
 def serve(runtime: Runtime, *, http: bool, port: int, host: str = "0.0.0.0") -> int:
     """Run until SIGTERM or SIGINT; returns the exit status."""
     parts = build_slack(runtime, http=http)
+    warning = open_workspace_warning(runtime.settings)
+    if warning:
+        # Once, at start, where the operator looks: stderr (a container's log) and trainbot.log.
+        log.warning(warning)
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     runtime.start_background(parts.chat)
     # Republishes the home tabs people opened when their jobs change (debounced; see handlers/home.py).
     threading.Thread(target=parts.home.run, args=(runtime.stop_event,), name="trainbot-home", daemon=True).start()

@@ -10,6 +10,9 @@ import pytest
 
 from jobs.backends.local.offline_assets import LocalAssets
 from tests.support.assets import build_shared_assets, seed_assets
+from tests.support.aws_calls import RECORDER
+from tests.support.iam_policy import denied
+from tests.support.moto_server import BUCKET
 from tests.support.postgres import postgres_server, postgres_store_url, postgres_url  # noqa: F401
 from tests.support.runtimes import image_runtime  # noqa: F401 (the image runtime, built once a session)
 
@@ -18,6 +21,7 @@ from tests.support.runtimes import image_runtime  # noqa: F401 (the image runtim
 #: Only the order changes; a file missing here runs in collection order after these. The README's command
 #: passes --no-loadscope-reorder: by default xdist hands out files with the most tests first, whatever this says.
 HEAVIEST_FIRST = (
+    "tests/packaging/test_installed.py",  # builds two venvs from the locks first (minutes on a cold cache)
     "tests/bot/test_own_scripts_local_e2e.py",
     "tests/training/test_transformers4.py",
     "tests/backends/test_local_backend.py",
@@ -30,6 +34,27 @@ HEAVIEST_FIRST = (
     "tests/security/test_sandbox.py",
     "tests/training/test_relaunch_global_batch.py",
 )
+
+
+#: Every botocore session made from here on records its calls (tests/support/aws_calls.py): installed before
+#: any test makes one.
+RECORDER.install()
+#: Own code's S3 sources in the suite live under this prefix of the test bucket (TRAINBOT_CODE_SOURCES).
+CODE_PREFIX = f"{BUCKET}/code/"
+
+
+@pytest.fixture(autouse=True)
+def _aws_calls_within_iam_policy(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every AWS call the bot makes in a test is one iam-policy.json allows, on the resources it names and under
+    its conditions (tests/support/iam_policy.py): the policy is tested by everything the suite does on moto.
+    A test that points the bot at a name the policy leaves out, or makes it attempt a refused call, on purpose,
+    says so (the iam_unchecked marker, with why)."""
+    start = RECORDER.mark()
+    yield
+    if request.node.get_closest_marker("iam_unchecked"):
+        return
+    problems = denied(RECORDER.calls(start), bucket=BUCKET, code_bucket=CODE_PREFIX)
+    assert not problems, "the bot made AWS calls iam-policy.json does not allow:\n" + "\n".join(problems)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -3,10 +3,11 @@
 jobs/ checks every `hp.NAME` against these names without importing transformers or training/ (the bot
 does not install them). The names come from the scripts' own argument dataclasses and from the installed
 transformers' `TrainingArguments`, whose fields differ between 4.28 (the SageMaker containers) and 5.x
-(local jobs); the file keeps both lines, and jobs/ accepts their union (training/compat.py maps the
-renamed ones). Run it with each interpreter after upgrading transformers or editing the scripts' arguments:
+(local jobs, the version locks/test.txt pins); the file keeps both lines, and jobs/ accepts their union
+(training/compat.py maps the renamed ones). Run it with each interpreter after tools/lock.sh moves transformers
+or after editing the scripts' arguments:
 
-    .venv/bin/python tools/list_script_arguments.py --write        # transformers 5.x
+    .venv/bin/python tools/list_script_arguments.py --write        # the locked transformers 5.x
     .venv-runtimes/runtimes/transformers4.28.1-pt2.0.0-py310/bin/python tools/list_script_arguments.py --write  # 4.28.1
 
 Without --write it prints this interpreter's entry as JSON; tests/training/test_script_argument_names.py

@@ -6,6 +6,12 @@ the task's script takes (``check_script_argument``, from data/script_arguments.j
 scripts' dataclasses by tools/list_script_arguments.py: jobs/ imports neither transformers nor training/).
 Whatever the script, ``check_reserved`` refuses what drives SageMaker's launcher, the job's own folders, and
 anything that would send the model or data outside the account.
+
+The file lists transformers' ``TrainingArguments`` per version: the one the lock pins (locks/test.txt, what local
+jobs run) and the images' 4.28.1. A version it does not list (an install off the lock, an image named with
+``transformers_version=``) needs no entry of its own: names are checked against every listed line, and the script's
+parser, which reads the installed ``TrainingArguments``, has the last word, refusing a name that version lacks in
+one sentence (``unrecognized arguments: --NAME``, exit 2, the job's failure reason).
 """
 
 from __future__ import annotations

@@ -85,6 +85,7 @@ def test_an_unreachable_endpoint_fails_fast_and_clearly(
     assert recorder.calls == []
 
 
+@pytest.mark.iam_unchecked("a bucket other than the one iam-policy.json is filled with, on purpose")
 def test_a_missing_bucket_is_named_before_anything_is_uploaded(moto_aws: MotoAws) -> None:
     recorder = CallRecorder()
     backend = sagemaker_backend(

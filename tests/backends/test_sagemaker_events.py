@@ -86,6 +86,7 @@ def test_a_message_that_cannot_be_read_is_an_unreadable_notice(moto_aws: MotoAws
     assert notice == ChangeNotice("unreadable", "", notice.receipt)
 
 
+@pytest.mark.iam_unchecked("a queue outside the trainbot-* names iam-policy.json covers, on purpose")
 def test_a_queue_name_that_does_not_exist_is_one_sentence(moto_aws: MotoAws) -> None:
     queue = EventQueue(moto_aws.boto_session(), "no-such-queue", region=moto_aws.region)
     with pytest.raises(ConfigError, match="trainbot events setup"):

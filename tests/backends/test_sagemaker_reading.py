@@ -27,7 +27,8 @@ from tests.support.moto_server import (
 
 
 def _create_jobs(aws: MotoAws, names: list[str]) -> None:
-    """Arrange jobs straight in moto's backend: a launch per job would take a second each."""
+    """Arrange jobs straight in moto's backend, tagged as the bot tags what it launches: a launch per job would
+    take a second each."""
     backend = get_backend("sagemaker")[ACCOUNT_ID][REGION]
     for name in names:
         backend.create_training_job(
@@ -40,7 +41,7 @@ def _create_jobs(aws: MotoAws, names: list[str]) -> None:
             resource_config={"InstanceType": "ml.p3.2xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
             vpc_config={},
             stopping_condition={"MaxRuntimeInSeconds": 1000, "MaxWaitTimeInSeconds": 3600},
-            tags=[],
+            tags=[{"Key": "trainbot:lineage", "Value": name.rsplit("-", 1)[0]}],
             enable_network_isolation=False,
             enable_inter_container_traffic_encryption=False,
             enable_managed_spot_training=True,

@@ -37,7 +37,7 @@ from jobs.backends.aws_session import make_boto_session
 
 REGION = "us-east-1"
 BUCKET = "trainbot-test-bucket"
-ROLE_NAME = "trainbot-sagemaker"
+ROLE_NAME = "TrainbotSageMakerExecution"  # the README's name, the one iam-policy.json lets the bot pass
 ROLE_ARN = f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:role/{ROLE_NAME}"
 ACCOUNT_ID = DEFAULT_ACCOUNT_ID
 FAKE_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}

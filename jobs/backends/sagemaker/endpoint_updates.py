@@ -15,16 +15,25 @@ MAX_EXECUTION_SECONDS = 3600
 ALARM_NAMESPACE = "AWS/SageMaker"
 ALARM_METRIC = "Invocation5XXErrors"
 ALARM_PERIOD_SECONDS = 60
+#: Every model, endpoint config, endpoint and alarm the bot makes carries this tag (the endpoint's name), as its
+#: training jobs carry ``trainbot:lineage``: iam-policy.json lets the bot update, delete and invoke only what
+#: carries it, so the bot cannot touch an endpoint of the account it did not make.
+ENDPOINT_TAG = "trainbot:endpoint"
 
 
-def endpoint_config_arguments(config_name: str, model: DeployRequest) -> dict[str, Any]:
-    """CreateEndpointConfig: one variant serving ``model`` on its instances (or serverless)."""
+def endpoint_tags(endpoint: str) -> list[dict[str, str]]:
+    return [{"Key": ENDPOINT_TAG, "Value": endpoint}]
+
+
+def endpoint_config_arguments(config_name: str, model: DeployRequest, *, endpoint: str) -> dict[str, Any]:
+    """CreateEndpointConfig: one variant serving ``model`` on its instances (or serverless), tagged for
+    ``endpoint``."""
     variant: dict[str, Any] = {"VariantName": VARIANT, "ModelName": model.model_name, "InitialVariantWeight": 1.0}
     if model.serverless:
         variant["ServerlessConfig"] = {"MemorySizeInMB": model.memory_mb, "MaxConcurrency": model.max_concurrency}
     else:
         variant.update(InstanceType=model.instance_type, InitialInstanceCount=model.instance_count)
-    return {"EndpointConfigName": config_name, "ProductionVariants": [variant]}
+    return {"EndpointConfigName": config_name, "ProductionVariants": [variant], "Tags": endpoint_tags(endpoint)}
 
 
 def update_endpoint_arguments(update: UpdateRequest, *, serverless: bool) -> dict[str, Any]:
@@ -73,6 +82,7 @@ def alarm_arguments(endpoint: str, alarm: str) -> dict[str, Any]:
         "Threshold": 1.0,
         "ComparisonOperator": "GreaterThanOrEqualToThreshold",
         "TreatMissingData": "notBreaching",
+        "Tags": endpoint_tags(endpoint),
     }
 
 

@@ -23,6 +23,7 @@ from jobs.backends.sagemaker.endpoint_updates import (
     alarm_arguments,
     alarm_watches,
     endpoint_config_arguments,
+    endpoint_tags,
     update_endpoint_arguments,
 )
 from jobs.backends.sagemaker.errors import AwsContext, aws_errors, error_code, error_message, is_not_found
@@ -162,9 +163,9 @@ class SageMakerEndpoints:
                 raise NotFound(f"SageMaker has no endpoint named {request.endpoint!r} in {self.region}: "
                                f"/deploy JOB name={request.endpoint} makes it.")
             if request.model is not None:
-                self._create_model(request.model)
+                self._create_model(request.model, endpoint=request.endpoint)
                 self._create(lambda: self._sm.create_endpoint_config(
-                    **endpoint_config_arguments(request.config_name, request.model)))
+                    **endpoint_config_arguments(request.config_name, request.model, endpoint=request.endpoint)))
             if request.rollout.alarm:
                 self._ensure_alarm(request.endpoint, request.rollout.alarm)
             serverless = self._serverless(request)
@@ -175,11 +176,11 @@ class SageMakerEndpoints:
                     raise
         logger.info("asked SageMaker to update endpoint %s to config %s", request.endpoint, request.config_name)
 
-    def _create_model(self, request: DeployRequest) -> None:
+    def _create_model(self, request: DeployRequest, *, endpoint: str) -> None:
         model = self._model(request)
         arguments = deploy_arguments(request)
         try:
-            model.create(instance_type=arguments.get("instance_type"),
+            model.create(instance_type=arguments.get("instance_type"), tags=endpoint_tags(endpoint),
                          serverless_inference_config=arguments.get("serverless_inference_config"))
         except ClientError as exc:
             if "already exist" not in error_message(exc).lower():
@@ -322,8 +323,9 @@ def model_arguments(request: DeployRequest, *, role: str) -> dict[str, Any]:
 
 
 def deploy_arguments(request: DeployRequest) -> dict[str, Any]:
-    """HuggingFaceModel.deploy's arguments; never waits for the endpoint."""
-    arguments: dict[str, Any] = {"endpoint_name": request.name, "wait": False}
+    """HuggingFaceModel.deploy's arguments; never waits for the endpoint. The SDK puts the tags on the model,
+    the endpoint config and the endpoint it makes."""
+    arguments: dict[str, Any] = {"endpoint_name": request.name, "wait": False, "tags": endpoint_tags(request.name)}
     if request.serverless:
         from sagemaker.serverless import ServerlessInferenceConfig
 

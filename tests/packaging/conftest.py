@@ -1,0 +1,113 @@
+"""The installed artifact, as a team deploys it: the wheel built from this tree and installed, not editable,
+into clean virtual environments by tools/install.sh, the script the Dockerfile runs, from the committed locks.
+
+- ``installed_bot``: ``.venv-installed-bot`` from locks/bot.txt (the image's set: no torch), with the wheel the
+  same call built into dist/.
+- ``installed_local``: ``.venv-installed-local`` from locks/local.txt with that wheel, for the console on the
+  local backend (torch and transformers); installed in the background while the bot's tests run.
+
+Each is made by the script when it is missing and brought up to date when it is there (the lock's packages
+are then already in place, and the wheel of this tree is built and installed again), so what runs is this
+tree's wheel. The tests that use them live in one module (one xdist worker); a file lock still keeps two
+sessions from building at once.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from jobs.file_lock import exclusive_lock
+
+ROOT = Path(__file__).resolve().parents[2]
+INSTALL = ROOT / "tools" / "install.sh"
+DIST = ROOT / "dist"
+BUILD_LOCK = ROOT / ".venv-installed.lock"
+INSTALL_TIMEOUT_S = 1200  # a first install downloads and unpacks every locked package (torch's for local)
+
+
+@dataclass(frozen=True)
+class Installed:
+    venv: Path
+    wheel: Path
+
+    @property
+    def trainbot(self) -> Path:
+        return self.venv / "bin" / "trainbot"
+
+    @property
+    def python(self) -> Path:
+        return self.venv / "bin" / "python"
+
+    def env(self, home: Path, **extra: str) -> dict[str, str]:
+        """The test's environment less anything that could put this tree on the path or reach real services."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_", "PYTHON", "VIRTUAL_ENV"))}
+        env.update(TRAINBOT_HOME=str(home), PYTHONIOENCODING="utf-8", **extra)
+        return env
+
+    def run(self, *args: str, home: Path, timeout: float = 180, **extra: str) -> subprocess.CompletedProcess[str]:
+        """``trainbot ARGS`` from the installed venv, in a folder outside the tree."""
+        home.mkdir(parents=True, exist_ok=True)
+        return subprocess.run([str(self.trainbot), *args], cwd=home, env=self.env(home, **extra),
+                              capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def _install_command(venv: Path, lock: str, package: str) -> list[str]:
+    return [str(INSTALL), str(venv), f"locks/{lock}.txt", package]
+
+
+def _check(done: subprocess.CompletedProcess[str] | tuple[int, str], what: list[str]) -> None:
+    code, output = (done.returncode, done.stdout + done.stderr) if isinstance(done, subprocess.CompletedProcess) else done
+    assert code == 0, f"{' '.join(what[1:])} failed:\n" + output[-4000:]
+
+
+def the_wheel() -> Path:
+    wheels = sorted(DIST.glob("trainbot-*.whl"))
+    assert len(wheels) == 1, f"tools/install.sh left {[w.name for w in wheels]} in dist/, not one wheel"
+    return wheels[0]
+
+
+@dataclass
+class Installs:
+    """The bot's venv, ready; the local one, being installed beside the bot's tests (torch takes minutes)."""
+
+    bot: Installed
+    local_command: list[str]
+    local_process: subprocess.Popen[str]
+
+    def local(self) -> Installed:
+        output, _ = self.local_process.communicate(timeout=INSTALL_TIMEOUT_S)
+        _check((self.local_process.returncode, output or ""), self.local_command)
+        return Installed(Path(self.local_command[1]), self.bot.wheel)
+
+
+@pytest.fixture(scope="session")
+def installs() -> Iterator[Installs]:
+    command = _install_command(ROOT / ".venv-installed-bot", "bot", ".")
+    with exclusive_lock(BUILD_LOCK):
+        _check(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
+                              check=False), command)
+        wheel = the_wheel()
+    local = _install_command(ROOT / ".venv-installed-local", "local", str(wheel))
+    process = subprocess.Popen(local, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    made = Installs(Installed(Path(command[1]), wheel), local, process)
+    yield made
+    if process.poll() is None:  # only the bot's tests ran: the local venv is not waited for
+        process.terminate()
+        process.wait(timeout=60)
+
+
+@pytest.fixture(scope="session")
+def installed_bot(installs: Installs) -> Installed:
+    return installs.bot
+
+
+@pytest.fixture(scope="session")
+def installed_local(installs: Installs) -> Installed:
+    return installs.local()
