@@ -84,6 +84,9 @@ class Settings(BaseSettings):
     trainbot_max_recipes_per_user: int = Field(default=20, ge=1)
     # A schedule may fire at most this often (minutes between two runs); cron="* * * * *" is refused.
     trainbot_min_schedule_minutes: float = Field(default=60, ge=0)
+    # A Secrets Manager secret holding a Hugging Face token (gated models): it reaches the job's environment
+    # only (jobs/backends/hub_token.py), never a message, a hyperparameter or a log line.
+    trainbot_hf_token_secret_arn: str = ""
 
     @field_validator("trainbot_home")
     @classmethod

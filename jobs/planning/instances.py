@@ -29,6 +29,7 @@ class InstanceType:
     half_tflops: float = 0.0  # dense FP16/BF16 tensor peak per accelerator (data sheet; see the JSON's source)
     fp32_tflops: float = 0.0  # dense FP32 peak per accelerator
     min_cuda: str = ""  # the oldest CUDA that builds for the accelerator ("" : any the images ship)
+    spot: bool = True  # managed spot may run on it (see the JSON's spot_source)
 
     @property
     def total_gpu_memory_gb(self) -> int:
@@ -64,6 +65,7 @@ def _table() -> dict[str, InstanceType]:
             half_tflops=float(fam["half_tflops"]),
             fp32_tflops=float(fam["fp32_tflops"]),
             min_cuda=str(fam.get("min_cuda", "")),
+            spot=bool(fam.get("spot", True)),
         )
     return table
 
