@@ -13,6 +13,7 @@ from handlers import blocks as bk
 from handlers import texts
 from jobs.lifecycle.progress import LiveProgress
 from jobs.lineage import Attempt, Lineage
+from jobs.planning import versions
 from jobs.planning.batch import change_words, stored_batch, used_batch
 from jobs.planning.forecast import Forecast, summary
 from jobs.planning.own_code import SPOT_RESUME_NOTE
@@ -43,7 +44,7 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
         ("Model", bk.escape(spec.model_label)),
         ("Dataset", bk.escape(spec.data_label)),
         ("Instances", f"{spec.instance_count} x {spec.instance_type}"),
-        ("Distribution", spec.distribution),
+        ("Distribution", distribution_words(spec.distribution)),
         ("Spot", "yes" if spec.spot else "no"),
         ("Max run", duration(spec.max_run)),
     ]
@@ -51,6 +52,7 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
         pairs.append(("Max wait", duration(spec.max_wait)))
     pairs.append(("Versions", f"transformers {spec.transformers_version}, pytorch {spec.pytorch_version}, "
                               f"{spec.py_version}"))
+    pairs.append(("Image", image_words(spec)))
     if spec.notify == "dm":
         pairs.append(("Notify", "a DM when it ends"))
     if spec.own_code:
@@ -63,6 +65,21 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
         hps = ", ".join(f"{k}={v}" for k, v in spec.hyperparameters.items())
         pairs.append(("Hyperparameters", bk.escape(hps)))
     return pairs
+
+
+def distribution_words(distribution: str) -> str:
+    """``fsdp (current)``, ``data (legacy: the article's smdistributed)``."""
+    if distribution in versions.LEGACY_DISTRIBUTIONS:
+        return f"{distribution} (legacy: the article's smdistributed)"
+    return f"{distribution} (current)" if distribution in ("ddp", "fsdp") else distribution
+
+
+def image_words(spec: JobSpec) -> str:
+    """The training image: the repository and tag of one newer than the SDK's tables (pulled by its URI)."""
+    row = versions.beyond_sdk(versions.Combination(spec.transformers_version, spec.pytorch_version, spec.py_version))
+    if row is None:
+        return "the SageMaker SDK's Hugging Face training image of these versions"
+    return f"{row.image_label()} (by URI: newer than the SDK's tables)"
 
 
 def cost_lines(cost: CostEstimate, max_job_usd: float | None, forecast: Forecast | None = None,

@@ -159,10 +159,26 @@ def model_name(endpoint: str, stamp: str) -> str:
 # ---------------------------------------------------------------- prediction
 
 
+#: Text generation: tokens an answer may run to (TGI's ``parameters.max_new_tokens``), by default and at most.
+DEFAULT_MAX_NEW_TOKENS = 64
+MAX_NEW_TOKENS = 512
+TEXT_GENERATION = "text-generation"
+
+
 def prediction_payload(task: str, inputs: dict[str, str]) -> dict[str, Any]:
     """`question=` and `context=` for question answering, `text=` for classification, as the Hugging Face
-    inference toolkit takes them (``{"inputs": ...}``)."""
+    inference toolkit takes them (``{"inputs": ...}``); `prompt=` (and `max_new_tokens=`) for text generation, as
+    TGI takes them (``{"inputs": ..., "parameters": {"max_new_tokens": N}}``)."""
     keys = {key.strip().lower(): value for key, value in inputs.items()}
+    if task == TEXT_GENERATION:
+        if not keys.get("prompt"):
+            raise BadInput('Say what the model should continue: prompt="...".')
+        _no_extra(keys, {"prompt", "max_new_tokens"})
+        tokens = _bounded(keys.get("max_new_tokens", str(DEFAULT_MAX_NEW_TOKENS)), "max_new_tokens", 1, MAX_NEW_TOKENS)
+        return {"inputs": keys["prompt"], "parameters": {"max_new_tokens": tokens}}
+    if "prompt" in keys:
+        raise BadInput(f"prompt= is for text-generation endpoints; this one answers {task}: give "
+                       f"{'question= and context=' if task == 'question-answering' else 'text='}.")
     if "question" in keys or "context" in keys:
         if not keys.get("question") or not keys.get("context"):
             raise BadInput('Question answering needs both: question="..." context="...".')

@@ -331,6 +331,14 @@ def _listing(combos: tuple[Combination, ...]) -> str:
     return ", ".join(f"{c.transformers}/pt{c.pytorch}/{c.py}" for c in combos) or "none"
 
 
+@cache
+def text_generation_server_version() -> str | None:
+    """The newest Hugging Face Text Generation Inference (TGI) image the SDK knows
+    (``image_uri_config/huggingface-llm.json``, what ``get_huggingface_llm_image_uri`` resolves); None without it."""
+    found = list(_image_config("huggingface-llm").get("inference", {}).get("versions", {}))
+    return max(found, key=version_key) if found else None
+
+
 def inference_supported(transformers: str, pytorch: str) -> bool:
     """Whether the SDK has a Hugging Face PyTorch inference container for these versions."""
     transformers = _image_config("huggingface").get("inference", {}).get("version_aliases", {}).get(

@@ -1,6 +1,8 @@
 """SageMaker hosting for `jobs.endpoints.port.EndpointBackend`: the SDK's `HuggingFaceModel` deployed with
 `wait=False` (real-time instances or serverless inference), read back and removed with plain boto3 calls,
-asked through sagemaker-runtime with the Hugging Face inference toolkit's JSON (``{"inputs": ...}``).
+asked through sagemaker-runtime with the Hugging Face inference toolkit's JSON (``{"inputs": ...}``). A fine-tuned
+causal LM runs on the SDK's Text Generation Inference image (``get_huggingface_llm_image_uri``), which loads the
+merged model from the job's model.tar.gz (``HF_MODEL_ID=/opt/ml/model``) on every GPU of the instance.
 
 Sessions, retries, timeouts and error translation are the SageMaker training backend's own
 (`session`, `errors`), so both back ends behave the same way when AWS misbehaves.
@@ -28,13 +30,16 @@ from jobs.backends.sagemaker.endpoint_updates import (
 from jobs.backends.sagemaker.errors import AwsContext, aws_errors, error_code, error_message, is_not_found
 from jobs.backends.sagemaker.session import build_sdk_session, quiet_sdk_import, remember_valid_configs
 from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint, UpdateRequest
-from jobs.errors import BackendError, ConfigError, NotFound
+from jobs.errors import BackendError, ConfigError, NotFound, SpecError
+from jobs.planning.instances import instance_info
 from jobs.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 #: Invocations may take longer than control-plane calls: the first request loads the model.
 INVOKE_READ_TIMEOUT_S = 60
+#: Where SageMaker unpacks model.tar.gz in the container: TGI loads the merged model from there.
+TGI_MODEL_DIR = "/opt/ml/model"
 
 
 class SageMakerEndpoints:
@@ -120,11 +125,26 @@ class SageMakerEndpoints:
         from sagemaker.huggingface import HuggingFaceModel  # imported on first deploy: about a second
 
         remember_valid_configs()
+        if request.framework is not None and request.framework.text_generation:
+            return HuggingFaceModel(**model_arguments(request, role=self._role_arn),
+                                    image_uri=self._tgi_image_uri(request.framework.version),
+                                    sagemaker_session=self._session())
         model = HuggingFaceModel(
             **model_arguments(request, role=self._role_arn), sagemaker_session=self._session()
         )
         model.image_uri = self._image_uri(model, request)
         return model
+
+    def _tgi_image_uri(self, version: str) -> str:
+        """The SDK's TGI image of ``version`` in this region, remembered."""
+        key = ("tgi", version)
+        session = self._session()
+        with self._sdk_lock:
+            if key not in self._images:
+                from sagemaker.huggingface import get_huggingface_llm_image_uri
+
+                self._images[key] = str(get_huggingface_llm_image_uri("huggingface", session=session, version=version))
+            return self._images[key]
 
     def _image_uri(self, model: Any, request: DeployRequest) -> str:
         """The SDK's own choice of inference image, remembered: reading its image tables takes a second."""
@@ -304,7 +324,8 @@ class SageMakerEndpoints:
 
 
 def model_arguments(request: DeployRequest, *, role: str) -> dict[str, Any]:
-    """HuggingFaceModel's arguments: the job's model.tar.gz, the inference image's versions, the task."""
+    """HuggingFaceModel's arguments: the job's model.tar.gz, the inference image's versions, the task; for TGI the
+    model's folder in the container and the GPUs to shard it over (its image is given apart)."""
     arguments: dict[str, Any] = {
         "model_data": request.model_data,
         "role": role,
@@ -313,12 +334,23 @@ def model_arguments(request: DeployRequest, *, role: str) -> dict[str, Any]:
     }
     if request.framework is None:
         raise BackendError(f"No inference framework was chosen for {request.name}; this is a bug in the bot.")
+    if request.framework.text_generation:
+        arguments["env"] = {"HF_MODEL_ID": TGI_MODEL_DIR, "SM_NUM_GPUS": str(_gpus(request.instance_type))}
+        return arguments
     arguments.update(
         transformers_version=request.framework.transformers,
         pytorch_version=request.framework.pytorch,
         py_version=request.framework.py,
     )
     return arguments
+
+
+def _gpus(instance_type: str) -> int:
+    """The type's GPUs (TGI shards the model over them); 1 for a type the bot's table lacks."""
+    try:
+        return max(1, instance_info(instance_type).gpus)
+    except SpecError:
+        return 1
 
 
 def deploy_arguments(request: DeployRequest) -> dict[str, Any]:
