@@ -146,6 +146,8 @@ def final_model_saver(trainer: Any, sft_args: Any) -> Any:
 
 def run(argv: list[str]) -> int:
     script_args, sft_args, config = parse(argv)
+    if not config.do_train:  # TRL's trainer reads its first training example to set itself up
+        raise script_arguments.UsageError("train_sft.py trains: --do_train is needed (evaluation alone is not offered)")
     train_records, eval_records = data_channels.load_splits(
         script_args, bool(config.do_train), bool(config.do_eval), eval_splits=_EVAL_SPLITS,
         check=record_checks.chat_records,
@@ -153,9 +155,12 @@ def run(argv: list[str]) -> int:
     dirs = trainkit.prepare_dirs(script_args, config)
     trainkit.log_environment(config)
 
+    import datasets
     import transformers
     import trl
 
+    datasets.disable_progress_bars()  # the log is read by people and by the metric scanner: no bars in it
+    transformers.utils.logging.disable_progress_bar()
     tokenizer = trainkit.load_tokenizer(script_args)
     if not getattr(tokenizer, "chat_template", None):
         raise script_arguments.UsageError(

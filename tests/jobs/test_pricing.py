@@ -9,7 +9,14 @@ from jobs.lifecycle.recovery import RecoveryPolicy, candidates
 from jobs.planning.grammar import parse_command
 from jobs.planning.instances import instance_info, instance_names
 from jobs.planning.plan import build_plan
-from jobs.planning.prices import attempt_worst_case_usd, cost_of, hourly_usd, is_estimate, price_table, spot_discount
+from jobs.planning.prices import (
+    attempt_worst_case_usd,
+    cost_of,
+    hourly_usd,
+    is_estimate,
+    price_table,
+    spot_discount,
+)
 from jobs.planning.pricing import check_job_budget, estimate
 
 
