@@ -18,6 +18,7 @@ from tests.support.runtimes import image_runtime  # noqa: F401 (the image runtim
 #: Only the order changes; a file missing here runs in collection order after these. The README's command
 #: passes --no-loadscope-reorder: by default xdist hands out files with the most tests first, whatever this says.
 HEAVIEST_FIRST = (
+    "tests/bot/test_llm_local_e2e.py",  # builds the newest image's runtime on a fresh machine (pip, minutes)
     "tests/bot/test_own_scripts_local_e2e.py",
     "tests/training/test_transformers4.py",
     "tests/backends/test_local_backend.py",

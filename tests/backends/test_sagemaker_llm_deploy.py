@@ -155,10 +155,13 @@ def test_a_type_too_small_or_serverless_is_refused_before_anything_is_made(rig: 
 
 def test_predict_sends_the_prompt_as_tgi_takes_it_and_answers_the_generated_text(rig: Rig) -> None:
     name = rig.service.deploy(rig.first, options={"name": "chat-ask"}, actor=ALICE).name
-    queue_runtime_answer(rig.aws, [{"generated_text": " the sky is blue ."}])
+    chat = {"object": "chat.completion", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "the sky is blue ."}, "finish_reason": "stop"}]}
+    queue_runtime_answer(rig.aws, chat)  # TGI's chat completion, as it answers messages on /invocations
     answer = rig.service.predict(name, {"prompt": "what colour is the sky ?", "max_new_tokens": "20"}, actor=ALICE)
-    assert answer["answer"] == " the sky is blue ." and answer["score"] is None
-    assert rig.invoked.calls[-1] == {"inputs": "what colour is the sky ?", "parameters": {"max_new_tokens": 20}}
+    assert answer["answer"] == "the sky is blue ." and answer["score"] is None
+    assert rig.invoked.calls[-1] == {"messages": [{"role": "user", "content": "what colour is the sky ?"}],
+                                     "max_tokens": 20}
     with pytest.raises(BadInput, match='prompt="..."'):
         rig.service.predict(name, {"text": "a review"}, actor=ALICE)
 

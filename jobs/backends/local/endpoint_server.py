@@ -15,7 +15,9 @@ does not load or answer leaves the old one serving and the state file says why (
 
 `Predictor` is the in-process model: question answering (transformers 5 has no question-answering
 pipeline, so the span search is done here, as the old pipeline did it), a text-classification pipeline, or
-text generation (a fine-tuned causal LM, its adapter merged in; ``parameters.max_new_tokens`` as TGI reads it).
+text generation (a fine-tuned causal LM, its adapter merged in), answering as TGI does on SageMaker: a chat
+(``{"messages": [...], "max_tokens": N}``, rendered with the model's chat template) with a chat completion, a raw
+prompt (``{"inputs": ..., "parameters": {"max_new_tokens": N}}``) with its continuation.
 torch and transformers are imported only inside it: the bot itself never loads them.
 """
 
@@ -74,13 +76,21 @@ class Predictor:
         result = self._classify(inputs)
         return [{"label": r["label"], "score": float(r["score"])} for r in result]
 
-    def _text(self, prompt: Any, parameters: dict[str, Any]) -> list[dict[str, str]]:
-        """TGI's answer to ``{"inputs": prompt, "parameters": {...}}``: the continuation, greedy."""
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError('text generation takes {"inputs": "a prompt"}')
-        wanted = parameters.get("max_new_tokens", MAX_NEW_TOKENS)
+    def _text(self, prompt: Any, parameters: dict[str, Any]) -> Any:
+        """TGI's answers, greedy: a chat (a list of messages) gets a chat completion, a prompt its continuation."""
+        wanted = parameters.get("max_new_tokens", parameters.get("max_tokens", MAX_NEW_TOKENS))
         if not isinstance(wanted, int) or isinstance(wanted, bool) or not 1 <= wanted <= MAX_NEW_TOKENS_LIMIT:
-            raise ValueError(f"parameters.max_new_tokens takes a whole number of 1 to {MAX_NEW_TOKENS_LIMIT}")
+            raise ValueError(f"max_tokens takes a whole number of 1 to {MAX_NEW_TOKENS_LIMIT}")
+        if isinstance(prompt, list):
+            if not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt):
+                raise ValueError('a chat takes {"messages": [{"role": "user", "content": "..."}]}')
+            chat = self._generate([{"role": str(m.get("role", "user")), "content": m["content"]} for m in prompt],
+                                  max_new_tokens=wanted, do_sample=False)
+            reply = chat[0]["generated_text"][-1]
+            return {"choices": [{"index": 0, "message": {"role": "assistant", "content": str(reply["content"])},
+                                 "finish_reason": "stop"}]}
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError('text generation takes {"inputs": "a prompt"} or {"messages": [...]}')
         out = self._generate(prompt, max_new_tokens=wanted, do_sample=False, return_full_text=False)
         return [{"generated_text": str(out[0]["generated_text"])}]
 
@@ -175,7 +185,10 @@ class _Handler(BaseHTTPRequestHandler):
         serving = self.server.serving  # taken once: a swap from here on does not touch this request
         try:
             body = json.loads(self.rfile.read(length))
-            inputs, parameters = body["inputs"], body.get("parameters")
+            if "messages" in body:  # TGI's chat completion on /invocations
+                inputs, parameters = body["messages"], {k: body[k] for k in ("max_tokens",) if k in body}
+            else:
+                inputs, parameters = body["inputs"], body.get("parameters")
             answer = self.server.model_thread.submit(serving.predictor, inputs, parameters).result()
         except (ValueError, KeyError, TypeError) as exc:
             self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc) or type(exc).__name__}, config=serving.config)

@@ -23,7 +23,7 @@ from jobs.file_lock import exclusive_lock
 logger = logging.getLogger(__name__)
 
 #: Bump when the generated model or chats change, so an old cache is not reused.
-CHAT_ASSETS_VERSION = "chat-v1"
+CHAT_ASSETS_VERSION = "chat-v2"  # v2: room for 4,096 positions (the GPU bench)
 #: ChatML, as Qwen's instruct models render a conversation; the generation prompt opens the assistant's turn.
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -64,10 +64,11 @@ def _corpus(seed: int) -> list[str]:
 
 
 def build_tiny_causal_lm(dest: Path, *, seed: int = 0, hidden_size: int = 64, num_layers: int = 2,
-                         vocab_size: int = 512) -> Path:
+                         vocab_size: int = 512, intermediate_size: int | None = None, num_heads: int = 4,
+                         num_kv_heads: int = 2, half: bool = False) -> Path:
     """A randomly initialised Llama-shaped causal LM and its byte-level BPE tokenizer (with CHAT_TEMPLATE), saved
     to ``dest``: it loads with ``AutoTokenizer`` and ``AutoModelForCausalLM``, and its decoder layer class
-    (``LlamaDecoderLayer``) is what FSDP wraps."""
+    (``LlamaDecoderLayer``) is what FSDP wraps. ``half``: built and saved in bf16 (a 7B shape for a benchmark)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
     from transformers import set_seed as hf_set_seed
@@ -82,20 +83,26 @@ def build_tiny_causal_lm(dest: Path, *, seed: int = 0, hidden_size: int = 64, nu
         vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS), show_progress=False,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   bos_token=None, model_max_length=512)
+                                   bos_token=None, model_max_length=4096)
     fast.chat_template = CHAT_TEMPLATE
     fast.save_pretrained(str(dest))
     hf_set_seed(seed)
     config = LlamaConfig(
-        vocab_size=tok.get_vocab_size(), hidden_size=hidden_size, intermediate_size=hidden_size * 2,
-        num_hidden_layers=num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        vocab_size=tok.get_vocab_size(), hidden_size=hidden_size, intermediate_size=intermediate_size or hidden_size * 2,
+        num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
+        max_position_embeddings=4096,
         eos_token_id=tok.token_to_id("<|im_end|>"), pad_token_id=tok.token_to_id("<|endoftext|>"), bos_token_id=None,
         tie_word_embeddings=True,
     )
+    import torch
+
     hf_logging.disable_progress_bar()  # built inside the console or CLI process: no bar in the transcript
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16 if half else torch.float32)
     try:
         LlamaForCausalLM(config).save_pretrained(str(dest))
     finally:
+        torch.set_default_dtype(default)
         hf_logging.enable_progress_bar()
     return dest
 

@@ -198,7 +198,8 @@ def _keep_local_batch(
         hps[ACCUMULATION] = kept.accumulation
 
 
-def _own_code_run(plan: LaunchPlan, *, offline: bool, limits: LocalLimits, assets: LocalAssets | None) -> LocalRun:
+def _own_code_run(plan: LaunchPlan, *, offline: bool, limits: LocalLimits,
+                  assets: LocalAssets | ChatAssets | None) -> LocalRun:
     """A team's own script gets its arguments as planned: nothing is added (it may not take our keys), the sizes
     it was given are capped, and offline its model= is the tiny BERT; half precision is warned of, not rewritten."""
     spec = plan.spec
