@@ -64,12 +64,7 @@ class ImagePackages:
         """``<account>.dkr.ecr.<region>.<domain>/<repository>:<tag>``; ``<region>`` for an unknown region."""
         if not self.beyond_sdk:
             raise ValueError(f"the SDK resolves the image of transformers {self.transformers} itself")
-        registries = _data().get("dlc_registries", {})
-        where = region or REGION_PLACEHOLDER
-        account = str(registries.get("regions", {}).get(region, registries.get("default", "")))
-        domain = next((d for prefix, d in registries.get("domains", {}).items() if region.startswith(prefix)),
-                      "amazonaws.com")
-        return f"{account}.dkr.ecr.{where}.{domain}/{self.repository}:{self.tag}"
+        return registry_uri(self.repository, self.tag, region)
 
     def image_label(self) -> str:
         """How the plan card names the image: its repository and tag."""
@@ -103,6 +98,46 @@ def _image(row: dict[str, Any]) -> ImagePackages:
         repository=str(image.get("repository", "")), tag=str(image.get("tag", "")), cuda=str(row.get("cuda", "")),
         distributions=tuple(str(d) for d in row.get("distributions", ())),
     )
+
+
+@dataclass(frozen=True)
+class InferenceImage:
+    """A Hugging Face PyTorch inference image newer than the SDK's tables (served by its URI)."""
+
+    transformers: str
+    pytorch: str
+    py: str
+    repository: str
+    gpu_tag: str
+    cpu_tag: str
+
+    def image_uri(self, region: str, *, gpu: bool) -> str:
+        return registry_uri(self.repository, self.gpu_tag if gpu else self.cpu_tag, region)
+
+
+@cache
+def inference_images() -> tuple[InferenceImage, ...]:
+    return tuple(
+        InferenceImage(transformers=row["transformers"], pytorch=row["pytorch"], py=row["py"],
+                       repository=row["image"]["repository"], gpu_tag=row["image"]["gpu_tag"],
+                       cpu_tag=row["image"]["cpu_tag"])
+        for row in _data().get("inference_images", ())
+    )
+
+
+def inference_image(transformers: str, pytorch: str) -> InferenceImage | None:
+    return next((i for i in inference_images() if (i.transformers, i.pytorch) == (transformers, pytorch)), None)
+
+
+def registry_uri(repository: str, tag: str, region: str) -> str:
+    """``<account>.dkr.ecr.<region>.<domain>/<repository>:<tag>`` from the DLC registries; ``<region>`` when the
+    plan is made without one."""
+    registries = _data().get("dlc_registries", {})
+    where = region or REGION_PLACEHOLDER
+    account = str(registries.get("regions", {}).get(region, registries.get("default", "")))
+    domain = next((d for prefix, d in registries.get("domains", {}).items() if region.startswith(prefix)),
+                  "amazonaws.com")
+    return f"{account}.dkr.ecr.{where}.{domain}/{repository}:{tag}"
 
 
 def beyond_sdk_images() -> tuple[ImagePackages, ...]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jobs.errors import BadInput
-from jobs.planning import versions
+from jobs.planning import images, versions
 from jobs.planning.instances import InstanceType, instance_info, instance_names
 from jobs.planning.workload import model_shape
 
@@ -30,6 +30,7 @@ class Framework:
     py: str
     server: str = ""  # "": the Hugging Face inference toolkit; TGI: Text Generation Inference (its version below)
     version: str = ""
+    by_uri: bool = False  # an inference image newer than the SDK's tables (data/training_images.json)
 
     @property
     def text_generation(self) -> bool:
@@ -54,14 +55,16 @@ def choose_framework(transformers: str, pytorch: str, py: str, task: str | None 
         return _text_generation_server(transformers, pytorch, py)
     if versions.inference_supported(transformers, pytorch):
         return FrameworkChoice(Framework(transformers, pytorch, _py_for(transformers, pytorch, py)), None)
-    combos = versions.inference_combinations()
+    combos = (*versions.inference_combinations(),
+              *(versions.Combination(i.transformers, i.pytorch, i.py) for i in images.inference_images()))
     if not combos:
         raise BadInput(
             f"The SageMaker SDK here lists no Hugging Face inference images, so transformers {transformers} / "
             f"PyTorch {pytorch} cannot be deployed: upgrade the sagemaker package."
         )
     best = min(combos, key=lambda c: _distance(c, transformers, pytorch))
-    chosen = Framework(best.transformers, best.pytorch, best.py)
+    by_uri = best not in versions.inference_combinations()
+    chosen = Framework(best.transformers, best.pytorch, best.py, by_uri=by_uri)
     note = (
         f"There is no Hugging Face inference image for the training versions (transformers {transformers} / "
         f"PyTorch {pytorch}); deploying on the nearest one, {chosen.label()}."

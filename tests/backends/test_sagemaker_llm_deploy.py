@@ -55,6 +55,7 @@ class Rig:
     invoked: CallRecorder
     first: str
     second: str
+    classic: str  # distilbert-spot on the newest training image (transformers 5.3)
 
     def request(self, operation: str, key: str, value: str) -> dict[str, Any]:
         found = [call for call in self.sent[operation].calls if call.get(key) == value]
@@ -101,6 +102,7 @@ def _rig(aws: MotoAws, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig
         lineage = jobs.launch("llm-lora registry=chat-line", actor=ALICE)
         set_training_job_state(f"{lineage.id}-1", "Completed", final_metrics={"eval_loss": loss})
         lineages.append(lineage.id)
+    lineages.append(jobs.launch("distilbert-spot transformers_version=5.3", actor=ALICE).id)
     clock.advance(1)
     Watcher(store, training, clock, settings).poll_once()
     sent = {op: CallRecorder(op) for op in OPERATIONS}
@@ -135,6 +137,18 @@ def test_deploy_serves_the_merged_model_on_tgi_on_a_gpu_its_weights_fit(rig: Rig
     # Qwen2.5-7B's bf16 weights (~15 GB) twice over: the 24 GB A10G is too small, one 48 GB L40S is not.
     assert (variant["InstanceType"], variant["InitialInstanceCount"]) == ("ml.g6e.xlarge", 1)
     assert endpoint.framework.startswith("Hugging Face TGI ")
+
+
+def test_a_transformers_5_model_deploys_on_the_inference_image_newer_than_the_sdks(rig: Rig) -> None:
+    """The SDK's inference images stop at transformers 4.51.3, which cannot read what transformers 5 saves."""
+    endpoint = rig.service.deploy(rig.classic, options={"name": "reviews"}, actor=ALICE)
+    image = rig.request("CreateModel", "ModelName", endpoint.model_name)["PrimaryContainer"]["Image"]
+    assert image == ("763104351884.dkr.ecr.us-east-1.amazonaws.com/huggingface-pytorch-inference:"
+                     "2.6.0-transformers5.5.3-gpu-py312-cu124-ubuntu22.04")
+    serverless = rig.service.deploy(rig.classic, options={"name": "reviews-sl", "serverless": "yes"}, actor=ALICE)
+    image = rig.request("CreateModel", "ModelName", serverless.model_name)["PrimaryContainer"]["Image"]
+    assert image.endswith(":2.6.0-transformers5.5.3-cpu-py312-ubuntu22.04")
+    assert "transformers 5.5.3" in (endpoint.framework_note or "")
 
 
 def test_a_four_gpu_type_shards_the_model_over_its_gpus(rig: Rig) -> None:

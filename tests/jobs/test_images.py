@@ -69,3 +69,15 @@ def test_the_llm_presets_need_an_image_with_trl_and_peft() -> None:
     with pytest.raises(SpecError) as refused:
         parse_command("llm-lora transformers_version=4.28.1")
     assert "TRL and PEFT" in refused.value.message and "5.3.0/pt2.9.0/py312" in refused.value.message
+
+
+def test_a_transformers_5_model_is_served_by_the_inference_image_beyond_the_sdks_tables() -> None:
+    from jobs.planning.serving import choose_framework
+
+    choice = choose_framework("5.3.0", "2.9.0", "py312", "text-classification")
+    assert (choice.framework.transformers, choice.framework.by_uri) == ("5.5.3", True)
+    assert not choose_framework("4.28.1", "2.0.0", "py310", "text-classification").framework.by_uri
+    image = images.inference_image("5.5.3", "2.6.0")
+    assert image is not None and image.image_uri("eu-west-1", gpu=False) == (
+        "763104351884.dkr.ecr.eu-west-1.amazonaws.com/huggingface-pytorch-inference:"
+        "2.6.0-transformers5.5.3-cpu-py312-ubuntu22.04")

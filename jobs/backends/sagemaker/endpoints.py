@@ -31,6 +31,7 @@ from jobs.backends.sagemaker.errors import AwsContext, aws_errors, error_code, e
 from jobs.backends.sagemaker.session import build_sdk_session, quiet_sdk_import, remember_valid_configs
 from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint, UpdateRequest
 from jobs.errors import BackendError, ConfigError, NotFound, SpecError
+from jobs.planning import images
 from jobs.planning.instances import instance_info
 from jobs.settings import Settings
 
@@ -128,6 +129,13 @@ class SageMakerEndpoints:
         if request.framework is not None and request.framework.text_generation:
             return HuggingFaceModel(**model_arguments(request, role=self._role_arn),
                                     image_uri=self._tgi_image_uri(request.framework.version),
+                                    sagemaker_session=self._session())
+        if request.framework is not None and request.framework.by_uri:  # newer than the SDK's tables
+            image = images.inference_image(request.framework.transformers, request.framework.pytorch)
+            if image is None:
+                raise BackendError(f"No inference image is listed for {request.framework.label()}; this is a bug.")
+            return HuggingFaceModel(**model_arguments(request, role=self._role_arn),
+                                    image_uri=image.image_uri(self.region, gpu=_runs_on_gpu(request)),
                                     sagemaker_session=self._session())
         model = HuggingFaceModel(
             **model_arguments(request, role=self._role_arn), sagemaker_session=self._session()
@@ -343,6 +351,16 @@ def model_arguments(request: DeployRequest, *, role: str) -> dict[str, Any]:
         py_version=request.framework.py,
     )
     return arguments
+
+
+def _runs_on_gpu(request: DeployRequest) -> bool:
+    """A GPU type's image, unless serverless (CPU) or a type the bot's table says has no GPU."""
+    if request.serverless:
+        return False
+    try:
+        return instance_info(request.instance_type).gpus > 0
+    except SpecError:
+        return not request.instance_type.startswith(("ml.m", "ml.c", "ml.r", "ml.t"))
 
 
 def _gpus(instance_type: str) -> int:
