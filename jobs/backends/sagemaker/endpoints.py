@@ -28,19 +28,17 @@ from jobs.backends.sagemaker.endpoint_updates import (
     update_endpoint_arguments,
 )
 from jobs.backends.sagemaker.errors import AwsContext, aws_errors, error_code, error_message, is_not_found
+from jobs.backends.sagemaker.hosted_models import deploy_arguments, model_arguments, runs_on_gpu
 from jobs.backends.sagemaker.session import build_sdk_session, quiet_sdk_import, remember_valid_configs
 from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint, UpdateRequest
-from jobs.errors import BackendError, ConfigError, NotFound, SpecError
+from jobs.errors import BackendError, ConfigError, NotFound
 from jobs.planning import images
-from jobs.planning.instances import instance_info
 from jobs.settings import Settings
 
 logger = logging.getLogger(__name__)
 
 #: Invocations may take longer than control-plane calls: the first request loads the model.
 INVOKE_READ_TIMEOUT_S = 60
-#: Where SageMaker unpacks model.tar.gz in the container: TGI loads the merged model from there.
-TGI_MODEL_DIR = "/opt/ml/model"
 
 
 class SageMakerEndpoints:
@@ -135,7 +133,7 @@ class SageMakerEndpoints:
             if image is None:
                 raise BackendError(f"No inference image is listed for {request.framework.label()}; this is a bug.")
             return HuggingFaceModel(**model_arguments(request, role=self._role_arn),
-                                    image_uri=image.image_uri(self.region, gpu=_runs_on_gpu(request)),
+                                    image_uri=image.image_uri(self.region, gpu=runs_on_gpu(request)),
                                     sagemaker_session=self._session())
         model = HuggingFaceModel(
             **model_arguments(request, role=self._role_arn), sagemaker_session=self._session()
@@ -329,60 +327,6 @@ class SageMakerEndpoints:
         return AwsContext(
             action=action, endpoint=endpoint_of(self._sm), role_arn=self._role_arn, bucket=self._bucket
         )
-
-
-def model_arguments(request: DeployRequest, *, role: str) -> dict[str, Any]:
-    """HuggingFaceModel's arguments: the job's model.tar.gz, the inference image's versions, the task; for TGI the
-    model's folder in the container and the GPUs to shard it over (its image is given apart)."""
-    arguments: dict[str, Any] = {
-        "model_data": request.model_data,
-        "role": role,
-        "name": request.model_name,
-        "env": {"HF_TASK": request.task},
-    }
-    if request.framework is None:
-        raise BackendError(f"No inference framework was chosen for {request.name}; this is a bug in the bot.")
-    if request.framework.text_generation:
-        arguments["env"] = {"HF_MODEL_ID": TGI_MODEL_DIR, "SM_NUM_GPUS": str(_gpus(request.instance_type))}
-        return arguments
-    arguments.update(
-        transformers_version=request.framework.transformers,
-        pytorch_version=request.framework.pytorch,
-        py_version=request.framework.py,
-    )
-    return arguments
-
-
-def _runs_on_gpu(request: DeployRequest) -> bool:
-    """A GPU type's image, unless serverless (CPU) or a type the bot's table says has no GPU."""
-    if request.serverless:
-        return False
-    try:
-        return instance_info(request.instance_type).gpus > 0
-    except SpecError:
-        return not request.instance_type.startswith(("ml.m", "ml.c", "ml.r", "ml.t"))
-
-
-def _gpus(instance_type: str) -> int:
-    """The type's GPUs (TGI shards the model over them); 1 for a type the bot's table lacks."""
-    try:
-        return max(1, instance_info(instance_type).gpus)
-    except SpecError:
-        return 1
-
-
-def deploy_arguments(request: DeployRequest) -> dict[str, Any]:
-    """HuggingFaceModel.deploy's arguments; never waits for the endpoint."""
-    arguments: dict[str, Any] = {"endpoint_name": request.name, "wait": False}
-    if request.serverless:
-        from sagemaker.serverless import ServerlessInferenceConfig
-
-        arguments["serverless_inference_config"] = ServerlessInferenceConfig(
-            memory_size_in_mb=request.memory_mb, max_concurrency=request.max_concurrency
-        )
-    else:
-        arguments.update(initial_instance_count=request.instance_count, instance_type=request.instance_type)
-    return arguments
 
 
 def _already_updating_to(exc: ClientError, found: dict[str, Any] | None, config: str) -> bool:
