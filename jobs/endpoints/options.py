@@ -173,13 +173,13 @@ def prediction_payload(task: str, inputs: dict[str, str]) -> dict[str, Any]:
     keys = {key.strip().lower(): value for key, value in inputs.items()}
     if task == TEXT_GENERATION:
         if not keys.get("prompt"):
-            raise BadInput('Say what the model should continue: prompt="...".')
+            raise BadInput('Say what to ask the model: prompt="..." (and max_new_tokens= for a longer answer).')
         _no_extra(keys, {"prompt", "max_new_tokens"})
         tokens = _bounded(keys.get("max_new_tokens", str(DEFAULT_MAX_NEW_TOKENS)), "max_new_tokens", 1, MAX_NEW_TOKENS)
         return {"messages": [{"role": "user", "content": keys["prompt"]}], "max_tokens": tokens}
+    example = 'question="..." context="..."' if task == "question-answering" else 'text="..."'
     if "prompt" in keys:
-        raise BadInput(f"prompt= is for text-generation endpoints; this one answers {task}: give "
-                       f"{'question= and context=' if task == 'question-answering' else 'text='}.")
+        raise BadInput(f"prompt= is for text-generation endpoints; ask this {task} one with {example}.")
     if "question" in keys or "context" in keys:
         if not keys.get("question") or not keys.get("context"):
             raise BadInput('Question answering needs both: question="..." context="...".')
@@ -188,7 +188,6 @@ def prediction_payload(task: str, inputs: dict[str, str]) -> dict[str, Any]:
     if keys.get("text"):
         _no_extra(keys, {"text"})
         return {"inputs": keys["text"]}
-    example = 'question="..." context="..."' if task == "question-answering" else 'text="..."'
     raise BadInput(f"Say what to ask the model: {example}.")
 
 
