@@ -35,6 +35,9 @@ _LOSS = ("loss", ("eval_loss", "train_loss"))
 HEADLINE_METRICS = {
     "question-answering": (("exact_match", ("eval_exact_match", "exact_match")), ("f1", ("eval_f1", "f1")), _LOSS),
     "text-classification": (("accuracy", ("eval_accuracy", "accuracy")), _LOSS),
+    # A causal LM's fine-tune: its losses, and how fast it trained, in tokens (what its forecast counts).
+    "text-generation": (("eval_loss", ("eval_loss",)), ("loss", ("train_loss", "loss")),
+                        ("tokens/s", ("train_tokens_per_second",))),
 }
 
 
@@ -100,7 +103,11 @@ class JobReport:
             return None
         took = "so far" if self.partial else "took"
         spent = _about(self.duration_seconds or 0.0, self.cost_usd)
-        return f"forecast {_about(float(seconds), float(cost))}, {took} {spent}"
+        line = f"forecast {_about(float(seconds), float(cost))}, {took} {spent}"
+        planned_rate, measured = planned.get("tokens_per_second"), self.metrics.get("train_tokens_per_second")
+        if planned_rate and measured:  # a causal LM's fine-tune: its throughput as forecast and as trained
+            line += f"; {float(planned_rate):,.0f} tokens/s forecast, {measured:,.0f} trained"
+        return line
 
     @property
     def priced_here(self) -> bool:
