@@ -74,8 +74,12 @@ def wrap_decoder_layers(model: Any, config: Any) -> None:
             f"FSDP cannot tell the decoder layer class of {type(model).__name__}: pass it in fsdp_config"
         )
     fsdp_config["transformer_layer_cls_to_wrap"] = layers
+    # The arguments' FSDP plugin settings were derived when they were parsed: derive them again with the class.
+    if hasattr(config, "_process_fsdp_args"):
+        compat.set_field(config, "fsdp_plugin_args", config._process_fsdp_args())
     if config.process_index == 0:
-        print(f"[fsdp] {' '.join(map(str, config.fsdp))}; wrapping {', '.join(layers)}; activation checkpointing "
+        options = " ".join(str(getattr(option, "value", option)) for option in config.fsdp)
+        print(f"[fsdp] {options}; wrapping {', '.join(layers)}; activation checkpointing "
               f"{'on' if fsdp_config.get('activation_checkpointing') else 'off'}", file=sys.stderr, flush=True)
 
 
