@@ -186,10 +186,9 @@ def refusal(spec: JobSpec, planned: InstanceType, info: InstanceType) -> str | N
         return f"{info.gpu_memory_gb} GB a GPU, less than the planned {planned.gpu_memory_gb} GB"
     if spec.hyperparameters.get("bf16") is True and not info.bf16:
         return f"the plan trains in bf16, which the {info.accelerator} does not compute"
-    cuda = versions.image_cuda_version(spec.transformers_version, spec.pytorch_version)
-    if info.min_cuda and cuda is not None and versions.version_key(cuda) < versions.version_key(info.min_cuda):
-        return (f"the transformers {spec.transformers_version} / PyTorch {spec.pytorch_version} image is built on "
-                f"CUDA {cuda}; the {info.accelerator} needs CUDA {info.min_cuda} or newer")
+    cuda = versions.cuda_mismatch(spec.transformers_version, spec.pytorch_version, info)
+    if cuda is not None:
+        return cuda
     if spec.distribution in versions.LEGACY_DISTRIBUTIONS:
         accepted = versions.dataparallel_instance_types()
         if info.name not in accepted:

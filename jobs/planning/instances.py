@@ -30,6 +30,7 @@ class InstanceType:
     fp32_tflops: float = 0.0  # dense FP32 peak per accelerator
     min_cuda: str = ""  # the oldest CUDA that builds for the accelerator ("" : any the images ship)
     spot: bool = True  # managed spot may run on it (see the JSON's spot_source)
+    max_cuda: str = ""  # the newest CUDA that still builds for the accelerator ("" : any)
 
     @property
     def total_gpu_memory_gb(self) -> int:
@@ -66,6 +67,7 @@ def _table() -> dict[str, InstanceType]:
             fp32_tflops=float(fam["fp32_tflops"]),
             min_cuda=str(fam.get("min_cuda", "")),
             spot=bool(fam.get("spot", True)),
+            max_cuda=str(fam.get("max_cuda", "")),
         )
     return table
 

@@ -341,6 +341,10 @@ def check_spec(spec: JobSpec, max_instances: int) -> None:
     versions.validate_versions(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.distribution)
     if spec.task == LLM_TASK:
         versions.validate_llm_image(spec.transformers_version, spec.pytorch_version, spec.py_version)
+    mismatch = versions.cuda_mismatch(spec.transformers_version, spec.pytorch_version, info)
+    if mismatch is not None:
+        raise SpecError(f"{info.name} cannot run this job: {mismatch}. Choose another instance_type or "
+                        "transformers_version=.", field="instance_type")
     _check_distribution(spec, info)
     if spec.hyperparameters.get("bf16") is True and not info.bf16:
         raise SpecError(

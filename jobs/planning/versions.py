@@ -23,6 +23,7 @@ from typing import Any
 
 from jobs.errors import SpecError
 from jobs.planning import images
+from jobs.planning.instances import InstanceType
 
 #: The training scripts use Trainer APIs of transformers >= 4.26 (torchrun support starts there too).
 TRAINING_MIN_TRANSFORMERS = (4, 26)
@@ -152,6 +153,20 @@ def image_cuda_version(transformers: str, pytorch: str) -> str | None:
     if not tag.startswith("cu") or not digits.isdigit() or len(digits) < 3:
         return _FALLBACK_IMAGE_CUDA.get((transformers, pytorch))
     return f"{digits[:-1]}.{digits[-1]}"
+
+
+def cuda_mismatch(transformers: str, pytorch: str, info: InstanceType) -> str | None:
+    """Why the image of these versions cannot run on ``info``'s accelerator (its CUDA too old, or too new for an
+    old GPU); None when it can, or when the CUDA is unknown."""
+    cuda = image_cuda_version(transformers, pytorch)
+    if cuda is None:
+        return None
+    image = f"the transformers {transformers} / PyTorch {pytorch} image is built on CUDA {cuda}"
+    if info.min_cuda and version_key(cuda) < version_key(info.min_cuda):
+        return f"{image}; the {info.accelerator} needs CUDA {info.min_cuda} or newer"
+    if info.max_cuda and version_key(cuda) > version_key(info.max_cuda):
+        return f"{image}, which no longer builds for the {info.accelerator} (CUDA {info.max_cuda} was the last)"
+    return None
 
 
 @cache

@@ -102,7 +102,7 @@ def _rig(aws: MotoAws, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig
         lineage = jobs.launch("llm-lora registry=chat-line", actor=ALICE)
         set_training_job_state(f"{lineage.id}-1", "Completed", final_metrics={"eval_loss": loss})
         lineages.append(lineage.id)
-    lineages.append(jobs.launch("distilbert-spot transformers_version=5.3", actor=ALICE).id)
+    lineages.append(jobs.launch("distilbert-spot transformers_version=5.3 instance_type=ml.g5.xlarge", actor=ALICE).id)
     clock.advance(1)
     Watcher(store, training, clock, settings).poll_once()
     sent = {op: CallRecorder(op) for op in OPERATIONS}

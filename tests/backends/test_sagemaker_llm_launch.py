@@ -28,7 +28,7 @@ RECIPES = {
     "lora": "llm-lora",
     "fsdp": "llm-fsdp",
     "bert-fsdp": "bert-squad distribution=fsdp instance_type=ml.p4d.24xlarge transformers_version=5.3",
-    "classic-5.3": "distilbert-spot transformers_version=5.3",
+    "classic-5.3": "distilbert-spot transformers_version=5.3 instance_type=ml.g5.xlarge",
 }
 #: Names whose values are the job's own by construction (its name, and where its code was uploaded).
 _PER_JOB = ("sagemaker_job_name", "sagemaker_submit_directory")

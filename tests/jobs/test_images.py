@@ -45,7 +45,7 @@ def test_every_row_documents_its_optional_fields_and_the_sdk_agrees_on_its_own()
 
 
 def test_train_with_transformers_5_3_plans_that_image_and_says_so() -> None:
-    spec = parse_command("distilbert-spot transformers_version=5.3")
+    spec = parse_command("distilbert-spot transformers_version=5.3 instance_type=ml.g5.xlarge")
     assert (spec.transformers_version, spec.pytorch_version, spec.py_version) == ("5.3.0", "2.9.0", "py312")
     plan = build_plan(spec, bucket="b", lineage_id="l", region="eu-west-1")
     assert plan.estimator["image_uri"].endswith(f"eu-west-1.amazonaws.com/huggingface-pytorch-training:{TAG}")
@@ -81,3 +81,17 @@ def test_a_transformers_5_model_is_served_by_the_inference_image_beyond_the_sdks
     assert image is not None and image.image_uri("eu-west-1", gpu=False) == (
         "763104351884.dkr.ecr.eu-west-1.amazonaws.com/huggingface-pytorch-inference:"
         "2.6.0-transformers5.5.3-cpu-py312-ubuntu22.04")
+
+
+def test_an_image_built_on_cuda_13_is_refused_on_a_v100_in_one_sentence() -> None:
+    with pytest.raises(SpecError) as refused:
+        parse_command("distilbert-spot transformers_version=5.3")  # the preset's ml.p3.2xlarge
+    assert refused.value.message == (
+        "ml.p3.2xlarge cannot run this job: the transformers 5.3.0 / PyTorch 2.9.0 image is built on CUDA 13.0, which "
+        "no longer builds for the NVIDIA V100 (CUDA 12.9 was the last). Choose another instance_type or "
+        "transformers_version=.")
+    from tests.jobs.test_fallbacks import skipped
+
+    refused_types = skipped("model=m dataset=imdb transformers_version=5.3 instance_type=ml.g4dn.12xlarge")
+    assert refused_types["ml.p3.8xlarge"].endswith("no longer builds for the NVIDIA V100 (CUDA 12.9 was the last)")
+    assert "ml.p3.8xlarge" not in skipped("model=m dataset=imdb instance_type=ml.g4dn.12xlarge")  # CUDA 11.8 does
