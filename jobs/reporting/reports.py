@@ -185,6 +185,11 @@ def with_forecast(report: JobReport, planned: Forecast | None) -> JobReport:
     return replace(report, forecast=planned.to_json())
 
 
+def _figure(value: float) -> str:
+    """``0.8912``, ``88.5``; ``15,739`` rather than ``1.574e+04`` (tokens a second)."""
+    return f"{value:,.0f}" if abs(value) >= 10_000 else f"{value:.4g}"
+
+
 def spot_savings(attempts: tuple[Attempt, ...]) -> float | None:
     """1 - billable / training over the attempts that report both; None without spot or training time."""
     if not any(a.spot for a in attempts):
@@ -283,7 +288,7 @@ def _text_lines(report: JobReport) -> list[str]:
         lines.append(f"  code {report.code}")
     if report.metrics:  # a team's own script has no headline of its task: its metrics, as they came
         shown = report.headline or report.metrics
-        lines.append("  " + ", ".join(f"{k} {v:.4g}" for k, v in shown.items()))
+        lines.append("  " + ", ".join(f"{k} {_figure(v)}" for k, v in shown.items()))
     forecast = report.forecast_line()
     if forecast:
         lines.append(f"  {forecast}")
