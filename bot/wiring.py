@@ -375,7 +375,7 @@ def _build_backend(settings: Settings, clock: Clock, *, force_local: bool, trust
             settings.trainbot_home, clock=clock, offline=not settings.local_uses_hub,
             sandbox=Sandbox(settings.trainbot_local_sandbox), own_code_unsandboxed=trusted_terminal,
             code_limits=ArchiveLimits(max_bytes=settings.trainbot_code_max_bytes),
-            data_roots=settings.local_data_roots,
+            data_roots=settings.local_data_roots, hub_token_arn=settings.trainbot_hf_token_secret_arn,
         )
     from jobs.backends.sagemaker.training_jobs import SageMakerBackend
 

@@ -13,6 +13,7 @@ from handlers import blocks as bk
 from handlers import texts
 from jobs.lifecycle.progress import LiveProgress
 from jobs.lineage import Attempt, Lineage
+from jobs.planning import versions
 from jobs.planning.batch import change_words, stored_batch, used_batch
 from jobs.planning.forecast import Forecast, summary
 from jobs.planning.max_run import advice_words, max_run_advice
@@ -45,7 +46,7 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
         ("Model", bk.escape(spec.model_label)),
         ("Dataset", bk.escape(spec.data_label)),
         ("Instances", f"{spec.instance_count} x {spec.instance_type}"),
-        ("Distribution", spec.distribution),
+        ("Distribution", distribution_words(spec.distribution)),
         ("Spot", "yes" if spec.spot else "no"),
         ("Max run", duration(spec.max_run)),
     ]
@@ -53,6 +54,7 @@ def spec_pairs(spec: JobSpec) -> list[tuple[str, str]]:
         pairs.append(("Max wait", duration(spec.max_wait)))
     pairs.append(("Versions", f"transformers {spec.transformers_version}, pytorch {spec.pytorch_version}, "
                               f"{spec.py_version}"))
+    pairs.append(("Image", image_words(spec)))
     if spec.notify == "dm":
         pairs.append(("Notify", "a DM when it ends"))
     if spec.own_code:
@@ -72,6 +74,21 @@ def _price_line(cost: CostEstimate, instance: str, count: int) -> str:
         return texts.PLAN_PRICE_SPOT.format(spot=usd(cost.spot_hourly_usd), on_demand=usd(cost.hourly_usd),
                                             count=count, instance=instance)
     return texts.PLAN_PRICE.format(on_demand=usd(cost.hourly_usd), count=count, instance=instance)
+
+
+def distribution_words(distribution: str) -> str:
+    """``fsdp (current)``, ``data (legacy: the article's smdistributed)``."""
+    if distribution in versions.LEGACY_DISTRIBUTIONS:
+        return f"{distribution} (legacy: the article's smdistributed)"
+    return f"{distribution} (current)" if distribution in ("ddp", "fsdp") else distribution
+
+
+def image_words(spec: JobSpec) -> str:
+    """The training image: the repository and tag of one newer than the SDK's tables (pulled by its URI)."""
+    row = versions.beyond_sdk(versions.Combination(spec.transformers_version, spec.pytorch_version, spec.py_version))
+    if row is None:
+        return "the SageMaker SDK's Hugging Face training image of these versions"
+    return f"{row.image_label()} (by URI: newer than the SDK's tables)"
 
 
 def cost_lines(cost: CostEstimate, max_job_usd: float | None, forecast: Forecast | None = None,

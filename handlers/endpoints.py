@@ -29,7 +29,8 @@ USAGE_DEPLOY = (
     "promote JOB into it in place [alarm=yes|NAME] [canary=PERCENT]; /rollback NAME undoes that."
 )
 USAGE_PREDICT = (
-    'Usage: /predict NAME question="..." context="..." (question answering) or /predict NAME text="...".'
+    'Usage: /predict NAME question="..." context="..." (question answering), /predict NAME text="...", or '
+    '/predict NAME prompt="..." [max_new_tokens=N] (text generation).'
 )
 USAGE_UNDEPLOY = "Usage: /undeploy NAME (the endpoint's name, as /deploy gave it)."
 DEPLOY_FAILED = "Deploying {name} failed: {reason}"

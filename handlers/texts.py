@@ -101,7 +101,7 @@ MODAL_LABELS = {
     "dataset": "Dataset",
     "instance_type": "Instance type",
     "instance_count": "Instances",
-    "distribution": "Distribution (none, data, model, ddp)",
+    "distribution": "Distribution (none, ddp, fsdp; legacy: data, model)",
     "spot": "Managed spot (yes/no)",
     "max_run": "Max run (3600, 90m, 2h)",
     "max_wait": "Max wait, spot only (blank: default)",

@@ -87,6 +87,9 @@ class Settings(BaseSettings):
     # /logs (and the Logs button) a person may ask for a minute, admins included (two at once after a quiet
     # spell): each reads a log and may upload a file into a job's thread.
     trainbot_max_logs_per_minute: float = Field(default=4, gt=0)
+    # A Secrets Manager secret holding a Hugging Face token (gated models): it reaches the job's environment
+    # only (jobs/backends/hub_token.py), never a message, a hyperparameter or a log line.
+    trainbot_hf_token_secret_arn: str = ""
 
     @field_validator("trainbot_home")
     @classmethod

@@ -22,6 +22,7 @@ from tests.support.runtimes import image_runtime  # noqa: F401 (the image runtim
 #: passes --no-loadscope-reorder: by default xdist hands out files with the most tests first, whatever this says.
 HEAVIEST_FIRST = (
     "tests/packaging/test_installed.py",  # builds two venvs from the locks first (minutes on a cold cache)
+    "tests/bot/test_llm_local_e2e.py",  # builds the newest image's runtime on a fresh machine (pip, minutes)
     "tests/bot/test_own_scripts_local_e2e.py",
     "tests/training/test_transformers4.py",
     "tests/backends/test_local_backend.py",

@@ -5,7 +5,8 @@
 - `warmup_ratio` is gone in 5.x: `warmup_steps` takes a float in [0, 1) as a ratio instead;
 - `logging_dir`, `overwrite_output_dir` and a few other fields are gone in 5.x;
 - `Trainer(processing_class=...)` (4.46+, 5.x) was `Trainer(tokenizer=...)`;
-- `save_safetensors` (4.30+) does not exist in 4.28, whose `save_model` writes `pytorch_model.bin`.
+- `save_safetensors` (4.30+) does not exist in 4.28, whose `save_model` writes `pytorch_model.bin`;
+- `from_pretrained(dtype=...)` (4.56+, 5.x) was `torch_dtype=...`.
 
 Arguments are translated on the command line, before parsing, so that the parser of whichever
 `TrainingArguments` is installed sees only names it knows.
@@ -85,6 +86,16 @@ def translate_argv(argv: list[str], known: set[str]) -> list[str]:
 def trainer_tokenizer_kwargs(trainer_cls: type, tokenizer: Any) -> dict[str, Any]:
     params = inspect.signature(trainer_cls.__init__).parameters
     return {"processing_class": tokenizer} if "processing_class" in params else {"tokenizer": tokenizer}
+
+
+def dtype_kwargs(dtype: Any) -> dict[str, Any]:
+    """``from_pretrained``'s keyword for the weights' dtype in the installed transformers ({} for its default)."""
+    if dtype is None:
+        return {}
+    import transformers
+
+    major_minor = tuple(int(p) for p in transformers.__version__.split(".")[:2] if p.isdigit())
+    return {"dtype": dtype} if major_minor >= (4, 56) else {"torch_dtype": dtype}
 
 
 def set_field(args: Any, name: str, value: Any) -> None:

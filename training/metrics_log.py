@@ -19,6 +19,7 @@ METRIC_NAMES = (
     "train_loss",
     "train_runtime",
     "train_samples_per_second",
+    "train_tokens_per_second",
 )
 
 

@@ -110,3 +110,25 @@ def _answers_problem(answers: Any, context_length: int) -> str | None:
     if any(not 0 <= s <= context_length for s in starts):
         return "an answer_start lies outside the context"
     return None
+
+
+#: The roles a chat turn may have (the chat templates' own).
+CHAT_ROLES = ("system", "user", "assistant", "tool")
+
+
+def chat_records(records: list[dict]) -> None:
+    """Every record has ``messages``: a list of turns, each a ``role`` of CHAT_ROLES and ``content`` text, with at
+    least one assistant turn to learn from."""
+    for index, record in enumerate(records):
+        turns = record.get("messages")
+        if not isinstance(turns, list) or not turns:
+            raise BadRecord(index, f"messages is {kind(turns)}, not a list of chat turns")
+        for number, turn in enumerate(turns, 1):
+            if not isinstance(turn, dict):
+                raise BadRecord(index, f"turn {number} of messages is {kind(turn)}, not an object")
+            if turn.get("role") not in CHAT_ROLES:
+                raise BadRecord(index, f"turn {number} has no role among {', '.join(CHAT_ROLES)}")
+            if not isinstance(turn.get("content"), str):
+                raise BadRecord(index, f"turn {number}'s content is {kind(turn.get('content'))}, not text")
+        if not any(turn.get("role") == "assistant" for turn in turns):
+            raise BadRecord(index, "has no assistant turn to learn from")

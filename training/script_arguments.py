@@ -47,6 +47,23 @@ class ScriptArguments:
     )
 
 
+@dataclass
+class SftArguments:
+    """train_sft.py's own: the LoRA adapter (PEFT), or a full fine-tune, and what the model folder holds."""
+
+    use_lora: bool = field(default=True, metadata={"help": "train a LoRA adapter; False: every weight (e.g. under FSDP)"})
+    lora_r: int = field(default=16, metadata={"help": "the adapter's rank"})
+    lora_alpha: int = field(default=32)
+    lora_dropout: float = field(default=0.05)
+    lora_target_modules: str = field(
+        default="all-linear", metadata={"help": "comma-separated module names, or all-linear (PEFT's)"}
+    )
+    merge_adapter: bool = field(
+        default=True,
+        metadata={"help": "save the base model with the adapter merged in (what a text-generation server loads); "
+                          "the adapter alone goes to its adapter/ folder"},
+    )
+
 
 def _drop_sagemaker_args(argv: Sequence[str]) -> list[str]:
     out: list[str] = []
@@ -70,24 +87,36 @@ def _cpu_only_multiprocess() -> bool:
     return not torch.cuda.is_available()
 
 
+#: What the scripts pass unless told otherwise.
+DEFAULTS = {
+    "report_to": ["none"],
+    "disable_tqdm": ["True"],
+    "save_strategy": ["steps"],
+    "remove_unused_columns": ["False"],  # our datasets hold model inputs only; the collator drops the rest
+}
+
+
 def parse_args(argv: Sequence[str], prog: str) -> tuple[ScriptArguments, Any]:
     """(script arguments, TrainingArguments). Raises UsageError for anything the user got wrong."""
-    from transformers import HfArgumentParser, TrainingArguments
+    from transformers import TrainingArguments
+
+    script_args, training_args = parse_all(argv, prog, (ScriptArguments, TrainingArguments), DEFAULTS)
+    return script_args, training_args
+
+
+def parse_all(argv: Sequence[str], prog: str, classes: Sequence[type], defaults: dict[str, list[str]]) -> tuple[Any, ...]:
+    """One instance of each of ``classes`` (``ScriptArguments`` first, a ``TrainingArguments`` class last), with
+    ``defaults`` for the options not given. Raises UsageError for anything the user got wrong."""
+    from transformers import HfArgumentParser
 
     class _Parser(HfArgumentParser):
         def error(self, message: str) -> None:  # type: ignore[override]
             raise UsageError(message)
 
-    parser = _Parser((ScriptArguments, TrainingArguments), prog=prog)
+    parser = _Parser(tuple(classes), prog=prog)
     known = {a.dest for a in parser._actions}
     args = compat.translate_argv(_drop_sagemaker_args(argv), known)
     given = {a[2:].split("=")[0] for a in args if a.startswith("--")}
-    defaults = {
-        "report_to": ["none"],
-        "disable_tqdm": ["True"],
-        "save_strategy": ["steps"],
-        "remove_unused_columns": ["False"],  # our datasets hold model inputs only; the collator drops the rest
-    }
     for name, value in defaults.items():
         if name not in given:
             args += [f"--{name}", *value]
@@ -102,13 +131,11 @@ def parse_args(argv: Sequence[str], prog: str) -> tuple[ScriptArguments, Any]:
     if "do_train" not in given and "do_eval" not in given and "do_predict" not in given:
         args += ["--do_train", "--do_eval"]
     try:
-        script_args, training_args, rest = parser.parse_args_into_dataclasses(
-            args=args, return_remaining_strings=True
-        )
+        *parsed, rest = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
     except ValueError as exc:  # TrainingArguments.__post_init__ checks
         raise UsageError(str(exc).strip().splitlines()[0]) from None
     if rest:
         raise UsageError(f"unrecognized arguments: {' '.join(rest)}")
-    if not script_args.model_name_or_path:
+    if not parsed[0].model_name_or_path:
         raise UsageError("--model_name_or_path is required")
-    return script_args, training_args
+    return tuple(parsed)

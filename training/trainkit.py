@@ -26,6 +26,7 @@ from typing import Any
 
 import checkpoints
 import compat
+import hub_token
 import metrics_log
 from batches import SAMPLE_IDS, GlobalOrderSampler, PadCollator
 from script_arguments import ScriptArguments, UsageError
@@ -169,14 +170,18 @@ def log_environment(training_args: Any) -> None:
 def train_and_finish(
     trainer: Any,
     graceful: Any,
-    collator: PadCollator,
+    collator: PadCollator | None,
     script_args: ScriptArguments,
     training_args: Any,
     dirs: RunDirs,
     evaluate: Callable[[], dict[str, float]] | None,
     extra_outputs: Callable[[Path], None] | None = None,
+    save: Callable[[Path], None] | None = None,
+    trained_metrics: Callable[[dict[str, Any]], dict[str, float]] | None = None,
 ) -> int:
-    """Resume from the newest complete checkpoint, train, evaluate, write model and metrics."""
+    """Resume from the newest complete checkpoint, train, evaluate, write model and metrics. ``save`` writes the
+    final model on every process (default: the Trainer's ``save_model``); ``trained_metrics`` adds figures of the
+    training just done (given its metrics), printed as ``[metric]`` lines too."""
     metrics: dict[str, Any] = {}
     if training_args.do_train:
         resume, incomplete = checkpoints.find_resume_checkpoint(dirs.checkpoints)
@@ -202,12 +207,13 @@ def train_and_finish(
             result = None
         else:
             result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-        print(
-            f"[shard] rank={training_args.process_index} world_size={training_args.world_size}"
-            f" first_ids={','.join(map(str, collator.seen))}",
-            file=sys.stderr,
-            flush=True,
-        )
+        if collator is not None:
+            print(
+                f"[shard] rank={training_args.process_index} world_size={training_args.world_size}"
+                f" first_ids={','.join(map(str, collator.seen))}",
+                file=sys.stderr,
+                flush=True,
+            )
         if graceful.requested:
             if trainer.is_world_process_zero():
                 print(
@@ -219,6 +225,11 @@ def train_and_finish(
             return EXIT_INTERRUPTED
         if result is not None:
             metrics.update(result.metrics)
+            if trained_metrics is not None:
+                extra = trained_metrics(metrics)
+                metrics.update(extra)
+                if trainer.is_world_process_zero() and extra:
+                    print("\n".join(metrics_log.metric_lines(extra, trainer.state.global_step)), flush=True)
         whole = metrics_log.lineage_train_loss(trainer.state.log_history)
         if whole is not None:  # the skip-to-end path has no result; a resumed one has this process's only
             metrics["train_loss"] = whole
@@ -228,7 +239,10 @@ def train_and_finish(
         return EXIT_INTERRUPTED
     model_dir, data_dir = dirs.model, dirs.data
     if training_args.do_train:
-        trainer.save_model(str(model_dir))
+        if save is not None:
+            save(model_dir)
+        else:
+            trainer.save_model(str(model_dir))
     if trainer.is_world_process_zero():
         if training_args.do_train:
             compat.ensure_safetensors(model_dir)
@@ -255,6 +269,7 @@ def main_guard(run: Callable[[list[str]], int], argv: list[str] | None = None) -
     """Run a script's `run(argv)` and turn its outcome into the exit-code contract."""
     prog = Path(sys.argv[0]).name
     try:
+        hub_token.load_token()  # a gated model's token, before anything asks the hub
         code = run(list(sys.argv[1:] if argv is None else argv))
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)

@@ -159,11 +159,28 @@ def model_name(endpoint: str, stamp: str) -> str:
 # ---------------------------------------------------------------- prediction
 
 
+#: Text generation: tokens an answer may run to (TGI's ``max_tokens``), by default and at most.
+DEFAULT_MAX_NEW_TOKENS = 64
+MAX_NEW_TOKENS = 512
+TEXT_GENERATION = "text-generation"
+
+
 def prediction_payload(task: str, inputs: dict[str, str]) -> dict[str, Any]:
     """`question=` and `context=` for question answering, `text=` for classification, as the Hugging Face
-    inference toolkit takes them (``{"inputs": ...}``)."""
+    inference toolkit takes them (``{"inputs": ...}``); `prompt=` (and `max_new_tokens=`) for text generation: a
+    one-turn chat, as TGI's chat completion takes it on SageMaker's /invocations (the model was fine-tuned on chats,
+    rendered by its chat template, which TGI applies to messages)."""
     keys = {key.strip().lower(): value for key, value in inputs.items()}
+    if task == TEXT_GENERATION:
+        if not keys.get("prompt"):
+            raise BadInput('Say what to ask the model: prompt="..." (and max_new_tokens= for a longer answer).')
+        _no_extra(keys, {"prompt", "max_new_tokens"})
+        tokens = _bounded(keys.get("max_new_tokens", str(DEFAULT_MAX_NEW_TOKENS)), "max_new_tokens", 1, MAX_NEW_TOKENS)
+        return {"messages": [{"role": "user", "content": keys["prompt"]}], "max_tokens": tokens}
     _check_task_inputs(task, keys)
+    example = 'question="..." context="..."' if task == "question-answering" else 'text="..."'
+    if "prompt" in keys:
+        raise BadInput(f"prompt= is for text-generation endpoints; ask this {task} one with {example}.")
     if "question" in keys or "context" in keys:
         if not keys.get("question") or not keys.get("context"):
             raise BadInput('Question answering needs both: question="..." context="...".')
@@ -172,7 +189,6 @@ def prediction_payload(task: str, inputs: dict[str, str]) -> dict[str, Any]:
     if keys.get("text"):
         _no_extra(keys, {"text"})
         return {"inputs": keys["text"]}
-    example = 'question="..." context="..."' if task == "question-answering" else 'text="..."'
     raise BadInput(f"Say what to ask the model: {example}.")
 
 
@@ -200,6 +216,9 @@ def _no_extra(keys: dict[str, str], allowed: set[str]) -> None:
 def normalize_answer(raw: Any) -> dict[str, Any]:
     """An answer with ``answer`` and ``score`` whatever the model returned: QA's {answer, score, start,
     end}, classification's [{label, score}], either wrapped in a list."""
+    if isinstance(raw, dict) and isinstance(raw.get("choices"), list) and raw["choices"]:  # a chat completion
+        message = raw["choices"][0].get("message") if isinstance(raw["choices"][0], dict) else None
+        return {"answer": message.get("content") if isinstance(message, dict) else None, "score": None}
     if isinstance(raw, list) and raw:
         raw = raw[0]
     if isinstance(raw, list) and raw:  # a batch of one, classification's [[{...}]]

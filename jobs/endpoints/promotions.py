@@ -86,7 +86,7 @@ class PromotionService:
         framework, note = None, None
         if self._backend.name != "local":
             spec = lineage.spec
-            choice = choose_framework(spec.transformers_version, spec.pytorch_version, spec.py_version)
+            choice = choose_framework(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.task)
             framework, note = choice.framework, choice.note
         stamp = f"{self._clock.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
         model = DeployRequest(
@@ -153,7 +153,7 @@ class PromotionService:
         framework = None
         if self._backend.name != "local":
             spec = self._store.get_lineage(revision.lineage_id).spec
-            framework = choose_framework(spec.transformers_version, spec.pytorch_version, spec.py_version).framework
+            framework = choose_framework(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.task).framework
         return DeployRequest(
             name=revision.endpoint, model_name=revision.model_name, model_data=revision.model_data,
             task=endpoint.task, framework=framework, instance_type=revision.instance_type,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import logging
 import secrets
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,12 @@ from jobs.endpoints.store import LIVE, DeployPlan, Endpoint, EndpointCycle, Endp
 from jobs.errors import BadInput, InvalidState, NotFound, TrainbotError
 from jobs.permissions import AccessPolicy
 from jobs.planning.prices import SECONDS_PER_HOUR, usd
-from jobs.planning.serving import choose_framework
+from jobs.planning.serving import (
+    TEXT_GENERATION,
+    check_text_generation_instance,
+    choose_framework,
+    text_generation_instance,
+)
 from jobs.records import Actor
 from jobs.settings import Settings
 from jobs.store.store import Store
@@ -82,13 +88,15 @@ class EndpointService:
         opts = parse_options(options)
         if opts.given & set(ROLLOUT_KEYS):
             raise BadInput(texts.ROLLOUT_ONLY_PROMOTING)
+        if lineage.spec.task == TEXT_GENERATION and self._backend.name != "local":
+            opts = text_generation_options(opts, lineage.spec.model)
         self._check_caps(opts)
         name = opts.name or default_name(lineage.id)
         self._check_free(name)
         spec = lineage.spec
         framework, note = None, None
         if self._backend.name != "local":
-            choice = choose_framework(spec.transformers_version, spec.pytorch_version, spec.py_version)
+            choice = choose_framework(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.task)
             framework, note = choice.framework, choice.note
         request = DeployRequest(
             name=name,
@@ -395,6 +403,18 @@ class EndpointService:
                 channel=channel,
                 dedup_key=f"{texts.ENDPOINTS_IDLE}:{channel or '-'}:{now.date().isoformat()}",
             )
+
+
+def text_generation_options(opts: DeployOptions, model: str | None) -> DeployOptions:
+    """A causal LM is served by TGI on a GPU: the type its weights need unless one was typed (a typed one too
+    small is refused), never serverless (it has no GPU)."""
+    if opts.serverless:
+        raise BadInput("A text-generation model is served by TGI on a GPU instance, which serverless endpoints do "
+                       "not have: drop serverless=yes.")
+    if "instance_type" not in opts.given:
+        return replace(opts, instance_type=text_generation_instance(model))
+    check_text_generation_instance(model, opts.instance_type)
+    return opts
 
 
 def _base(kind: str, endpoint: Endpoint, text: str) -> dict[str, Any]:

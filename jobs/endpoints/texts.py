@@ -25,15 +25,17 @@ KINDS = (ENDPOINT_READY, ENDPOINT_FAILED, ENDPOINTS_IDLE, ENDPOINT_PROMOTED, END
 EXAMPLES: dict[str, Any] = {
     "question-answering": {"question": "What is the city?", "context": "The city is Paris."},
     "text-classification": "A wonderful, brilliant film.",
+    "text-generation": "What colour is the sky?",
 }
 PREDICT_HINTS = {
     "question-answering": 'question="..." context="..."',
     "text-classification": 'text="..."',
+    "text-generation": 'prompt="..."',
 }
 
 NO_TASK = (
     "{lineage} ran its own code without task=, so the bot cannot tell the endpoint what it serves: "
-    "launch it with task=question-answering or task=text-classification to deploy it."
+    "launch it with task=question-answering, task=text-classification or task=text-generation to deploy it."
 )
 DEPLOYING = "Deploying {lineage} as endpoint {name} on {where}{framework}."
 DEPLOY_FOLLOW = "The job's thread says when it is ready."

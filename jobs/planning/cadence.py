@@ -66,7 +66,7 @@ def data_parallel_width(spec: JobSpec) -> int:
     """How many copies of the model share each batch: every GPU for data parallel and ddp, the model's
     replicas (processes / partitions) for model parallel, the instance's GPUs for one process."""
     gpus = max(1, spec.instance.gpus)
-    if spec.distribution in ("data", "ddp"):
+    if spec.distribution in ("data", "ddp", "fsdp"):
         return spec.instance_count * gpus
     if spec.distribution == "model":
         partitions = _number((spec.mp_parameters or {}).get("partitions")) or 1

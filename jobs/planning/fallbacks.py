@@ -180,15 +180,16 @@ def refusal(spec: JobSpec, planned: InstanceType, info: InstanceType) -> str | N
     """Why ``info`` cannot run the lineage planned on ``planned``; None when it can (the batch aside)."""
     if info.is_trainium:
         return "Trainium needs the Neuron containers; the Hugging Face training image is a GPU image"
+    if spec.spot and not info.spot:
+        return "no managed spot on it (its capacity comes through training plans or on-demand)"
     if info.gpu_memory_gb < planned.gpu_memory_gb:
         return f"{info.gpu_memory_gb} GB a GPU, less than the planned {planned.gpu_memory_gb} GB"
     if spec.hyperparameters.get("bf16") is True and not info.bf16:
         return f"the plan trains in bf16, which the {info.accelerator} does not compute"
-    cuda = versions.image_cuda_version(spec.transformers_version, spec.pytorch_version)
-    if info.min_cuda and cuda is not None and versions.version_key(cuda) < versions.version_key(info.min_cuda):
-        return (f"the transformers {spec.transformers_version} / PyTorch {spec.pytorch_version} image is built on "
-                f"CUDA {cuda}; the {info.accelerator} needs CUDA {info.min_cuda} or newer")
-    if spec.distribution in ("data", "model"):
+    cuda = versions.cuda_mismatch(spec.transformers_version, spec.pytorch_version, info)
+    if cuda is not None:
+        return cuda
+    if spec.distribution in versions.LEGACY_DISTRIBUTIONS:
         accepted = versions.dataparallel_instance_types()
         if info.name not in accepted:
             return f"smdistributed runs only on {', '.join(accepted)}"

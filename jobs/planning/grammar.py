@@ -160,12 +160,15 @@ TASK_WORDS = {
     "question-answering": "question-answering", "qa": "question-answering",
     "text-classification": "text-classification", "classification": "text-classification",
     "tc": "text-classification", "cls": "text-classification",
+    "text-generation": "text-generation", "generation": "text-generation", "sft": "text-generation",
+    "llm": "text-generation", "causal-lm": "text-generation",
 }
 DISTRIBUTION_WORDS = {
     "none": "none", "no": "none", "off": "none", "single": "none",
     "data": "data", "dp": "data", "smddp": "data", "dataparallel": "data", "data-parallel": "data",
     "model": "model", "mp": "model", "smp": "model", "modelparallel": "model", "model-parallel": "model",
     "ddp": "ddp", "torchrun": "ddp", "torch-distributed": "ddp",
+    "fsdp": "fsdp", "fully-sharded": "fsdp",
 }
 
 NOTIFY_WORDS = {"dm": "dm", "none": "none", "no": "none", "off": "none"}
@@ -193,7 +196,8 @@ class Key:
 
 def _spec_keys() -> list[Key]:
     return [
-        Key("task", _choice(TASK_WORDS), "question-answering or text-classification (inferred from known datasets)."),
+        Key("task", _choice(TASK_WORDS), "question-answering, text-classification or text-generation (inferred from "
+            "known datasets)."),
         Key("model", _text, "the model to fine-tune: a hub id (bert-base-uncased), or an s3:// or local path."),
         Key("dataset", _text, "squad, squad_v2, imdb, mnli (GLUE), sst2, ... or NAME:CONFIG of any hub dataset."),
         Key("train_data", _text, "an s3:// prefix or local folder of training data, used instead of dataset "
@@ -204,14 +208,17 @@ def _spec_keys() -> list[Key]:
         Key("dataset_revision", _text, "the dataset revision (branch, tag or commit) to train on.", ("revision",)),
         Key("instance_type", _text, "the SageMaker instance type, e.g. ml.p3.2xlarge, ml.p3.16xlarge, ml.g5.xlarge.", ("type", "instance")),
         Key("instance_count", parse_int, "how many instances, 1 to TRAINBOT_MAX_INSTANCES.", ("instances", "count")),
-        Key("distribution", _choice(DISTRIBUTION_WORDS), "none, data (smdistributed dataparallel), model (smdistributed modelparallel) or ddp (torchrun).", ("distributed", "parallel")),
+        Key("distribution", _choice(DISTRIBUTION_WORDS), "none, ddp (torchrun), fsdp (torchrun with the Trainer's "
+            "FSDP: full shard, the model's decoder layers wrapped, activation checkpointing), or the article's legacy "
+            "data (smdistributed dataparallel) and model (smdistributed modelparallel).", ("distributed", "parallel")),
         Key("spot", parse_bool, "yes to use managed spot capacity (up to 90% cheaper), with checkpoints to S3.",
             ("use_spot", "use_spot_instances"), flag=True),  # the SDK's own name, as people who know it type it
         Key("max_run", parse_duration, "the longest the training may run: 3600, 90m, 2h (default 24h).", ("runtime",)),
         Key("max_wait", parse_duration, "spot only: the wait for capacity plus the run, at least max_run (default 2 x max_run).", ("wait",)),
         Key("on_demand_fallback", parse_bool, "spot only: yes lets recovery fall back to on-demand as a last resort.", ("fallback",), flag=True),
         Key("max_restarts", parse_int, "how many times recovery may relaunch the job after capacity losses (default 5).", ("restarts",)),
-        Key("transformers_version", _version, "the Hugging Face container's transformers version, e.g. 4.28.1.", ("transformers",)),
+        Key("transformers_version", _version, "the Hugging Face container's transformers version, e.g. 4.28.1 or "
+            "5.3 (newer than the SDK's tables: launched by its image URI).", ("transformers",)),
         Key("pytorch_version", _version, "the container's PyTorch version, e.g. 2.0.0.", ("pytorch", "torch")),
         Key("py_version", _py_version, "the container's Python, e.g. py310.", ("python", "py")),
         Key("processes_per_host", parse_int, "model parallel: processes per instance (default 8).", ("processes",)),

@@ -59,6 +59,11 @@ KNOWN_HYPERPARAMETERS: dict[str, tuple[type, float | None]] = {
     "pad_to_max_length": (bool, None),
     "gradient_checkpointing": (bool, None),
     "lr_scheduler_type": (str, None),
+    # text-generation (train_sft.py): the LoRA adapter, or a full fine-tune with use_lora=no
+    "use_lora": (bool, None),
+    "lora_r": (int, 1),
+    "lora_alpha": (int, 1),
+    "lora_dropout": (float, 0.0),
 }
 #: Script arguments trainbot sets itself from these keys.
 RESERVED_HYPERPARAMETERS = {
@@ -68,7 +73,8 @@ RESERVED_HYPERPARAMETERS = {
     "dataset_revision": "dataset_revision=",
 }
 #: The task -> the script in training/ that trains it.
-ENTRY_POINTS = {"question-answering": "train_qa.py", "text-classification": "train_classification.py"}
+ENTRY_POINTS = {"question-answering": "train_qa.py", "text-classification": "train_classification.py",
+                "text-generation": "train_sft.py"}
 SCRIPT_ARGUMENTS_FILE = Path(__file__).parent / "data" / "script_arguments.json"
 #: Folders trainbot owns: the job's output, model, checkpoint and log folders and its data channels, under
 #: the names the scripts, transformers and SageMaker's `SM_*_DIR` variables give them.
@@ -189,6 +195,8 @@ def _check_range(name: str, value: float, minimum: float | None) -> None:
         return
     if name in ("learning_rate", "num_train_epochs") and value <= 0:
         raise SpecError(f"{name} must be above 0, not {value}.")
+    if name == "lora_dropout" and value >= 1:
+        raise SpecError(f"lora_dropout is a share of the adapter's inputs dropped, below 1, not {value} (e.g. 0.05).")
     if name in ("learning_rate", "warmup_ratio") and value > 1:
         raise SpecError(f"{name} must be at most 1, not {value} (a typical learning rate is 3e-5).")
     if value < minimum:

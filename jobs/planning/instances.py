@@ -29,6 +29,8 @@ class InstanceType:
     half_tflops: float = 0.0  # dense FP16/BF16 tensor peak per accelerator (data sheet; see the JSON's source)
     fp32_tflops: float = 0.0  # dense FP32 peak per accelerator
     min_cuda: str = ""  # the oldest CUDA that builds for the accelerator ("" : any the images ship)
+    spot: bool = True  # managed spot may run on it (see the JSON's spot_source)
+    max_cuda: str = ""  # the newest CUDA that still builds for the accelerator ("" : any)
 
     @property
     def total_gpu_memory_gb(self) -> int:
@@ -64,6 +66,8 @@ def _table() -> dict[str, InstanceType]:
             half_tflops=float(fam["half_tflops"]),
             fp32_tflops=float(fam["fp32_tflops"]),
             min_cuda=str(fam.get("min_cuda", "")),
+            spot=bool(fam.get("spot", True)),
+            max_cuda=str(fam.get("max_cuda", "")),
         )
     return table
 

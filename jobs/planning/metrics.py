@@ -38,6 +38,7 @@ METRIC_NAMES = (
     "train_loss",
     "train_runtime",
     "train_samples_per_second",
+    "train_tokens_per_second",  # the LLM script's (train_sft.py): tokens trained a second, every process together
 )
 MAX_DEFINITIONS = 40  # SageMaker's limit on MetricDefinitions
 MAX_REGEX_CHARS = 500  # SageMaker's limit on one definition's Regex

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.errors import SpecError
-from jobs.planning import cadence, own_code, pricing
+from jobs.planning import cadence, fsdp, own_code, pricing, versions
 from jobs.planning.batch import (
     ACCUMULATION,
     PER_DEVICE,
@@ -30,6 +30,7 @@ from jobs.planning.batch import (
 from jobs.planning.fallbacks import DEFAULT_ORDER, Fallbacks, adjustable, lineage_fallbacks
 from jobs.planning.forecast import Forecast, PastRun, forecast
 from jobs.planning.hyperparameters import ENTRY_POINTS, check_script_hyperparameters
+from jobs.planning.images import REGION_PLACEHOLDER
 from jobs.planning.instances import instance_info
 from jobs.planning.max_run import max_run_advice
 from jobs.planning.metrics import METRIC_DEFINITIONS as METRIC_DEFINITIONS  # re-exported: the plan's defaults
@@ -37,7 +38,7 @@ from jobs.planning.metrics import METRIC_NAMES as METRIC_NAMES
 from jobs.planning.metrics import definitions_for
 from jobs.planning.metrics import parse_metric_line as parse_metric_line
 from jobs.planning.pricing import CostEstimate
-from jobs.planning.spec import DEFAULT_SPOT_CHECKPOINT_MINUTES, JobSpec, dataset_hyperparameters
+from jobs.planning.spec import DEFAULT_SPOT_CHECKPOINT_MINUTES, LLM_TASK, JobSpec, dataset_hyperparameters
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 BUCKET_PLACEHOLDER = "<TRAINBOT_BUCKET>"
@@ -47,10 +48,11 @@ TRAIN_CHANNEL = "train"
 _TAG_VALUE_BAD = re.compile(r"[^\w\s.:/=+\-@]")
 
 DISTRIBUTION_LABELS = {
-    "none": "none (one process a GPU)",
-    "data": "data parallel (smdistributed dataparallel)",
-    "model": "model parallel (smdistributed modelparallel over MPI)",
-    "ddp": "ddp (torch_distributed, torchrun)",
+    "none": "none (one process a host)",
+    "data": "data parallel (smdistributed dataparallel; legacy: the article's, last released for PyTorch 2.4.1)",
+    "model": "model parallel (smdistributed modelparallel over MPI; legacy: the article's SMP v1, archived 2023)",
+    "ddp": "ddp (torch_distributed, torchrun; current)",
+    "fsdp": "fsdp (torch_distributed, torchrun, with the Trainer's FSDP; current)",
 }
 
 
@@ -212,11 +214,13 @@ def build_plan(
     max_restarts: int | None = None,
     max_job_usd: float | None = None,
     recovery_order: str = DEFAULT_ORDER,
+    region: str = "",
 ) -> LaunchPlan:
     """The plan of ``spec`` for lineage ``lineage_id``; an empty bucket gives placeholder URIs. ``history``:
     earlier SageMaker runs of the same model, task and instance type (newest first) the forecast learns
     from; ``max_restarts`` and ``max_job_usd``: the operator's caps on the lineage's worst case, which
-    counts every type ``recovery_order`` (TRAINBOT_RECOVERY_POLICY) may move it to."""
+    counts every type ``recovery_order`` (TRAINBOT_RECOVERY_POLICY) may move it to. ``region``: where an image
+    beyond the SDK's tables is pulled from (its URI; the backend fills in its own region at launch)."""
     layout = S3Layout(bucket, lineage_id)
     estimator: dict[str, Any] = {
         **code_arguments(spec),
@@ -227,6 +231,10 @@ def build_plan(
         "py_version": spec.py_version,
         "hyperparameters": plan_hyperparameters(spec),
     }
+    image_uri = versions.training_image_uri(spec.transformers_version, spec.pytorch_version, spec.py_version,
+                                            region or REGION_PLACEHOLDER)
+    if image_uri is not None:  # newer than the SDK's tables: the estimator pulls it by URI
+        estimator["image_uri"] = image_uri
     distribution = distribution_config(spec)
     if distribution is not None:
         estimator["distribution"] = distribution
@@ -277,6 +285,11 @@ def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
     check_script_hyperparameters(hps, spec.task)
     steps = cadence.total_steps(spec, spec.hyperparameters)
     hps.update(cadence.chosen_cadence(spec.hyperparameters, steps, evaluates=cadence.evaluates(hps)))
+    if spec.task == LLM_TASK and "fp16" not in hps:
+        # TRL's SFTConfig trains in bf16 unless told: said outright, so a type without bf16 runs in fp32.
+        hps.setdefault("bf16", spec.instance.bf16)
+    if spec.distribution == "fsdp":
+        hps.update(fsdp.fsdp_hyperparameters(spec))
     if spec.checkpoint_minutes is not None:
         hps["checkpoint_minutes"] = spec.checkpoint_minutes
     return hps
@@ -359,7 +372,7 @@ def distribution_config(spec: JobSpec) -> dict[str, Any] | None:
             "smdistributed": {"modelparallel": {"enabled": True, "parameters": dict(spec.mp_parameters or {})}},
             "mpi": {"enabled": True, "processes_per_host": spec.processes_per_host},
         }
-    if spec.distribution == "ddp":
+    if spec.distribution in ("ddp", "fsdp"):  # torchrun on every GPU of every instance
         return {"torch_distributed": {"enabled": True}}
     return None
 
@@ -372,8 +385,15 @@ def plan_tags(spec: JobSpec, lineage_id: str, launched_by: str, origin: str) -> 
         ("trainbot:origin", origin),
         ("trainbot:preset", spec.preset or ""),
         ("trainbot:code", code_label(spec, with_ref=False)),
+        # An image pulled by URI: its versions are written on the job too (the URI's tag is the registry's word).
+        ("trainbot:image", _beyond_sdk_key(spec)),
     ]
     return [{"Key": key, "Value": _tag_value(value)} for key, value in pairs if value]
+
+
+def _beyond_sdk_key(spec: JobSpec) -> str:
+    row = versions.beyond_sdk(versions.Combination(spec.transformers_version, spec.pytorch_version, spec.py_version))
+    return row.key if row is not None else ""
 
 
 def code_label(spec: JobSpec, *, with_ref: bool = True) -> str:

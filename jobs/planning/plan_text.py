@@ -6,12 +6,16 @@ from jobs.planning import own_code
 from jobs.planning.batch import ACCUMULATION, PER_DEVICE
 from jobs.planning.fallbacks import adjustable
 from jobs.planning.forecast import Forecast, about_duration, summary
+from jobs.planning.images import image_packages
 from jobs.planning.instances import instance_info
 from jobs.planning.max_run import advice_words, max_run_advice
 from jobs.planning.plan import DISTRIBUTION_LABELS, LaunchPlan, code_label, own_checkpoint_minutes
 from jobs.planning.prices import usd
 from jobs.planning.pricing import CostEstimate
 from jobs.planning.spec import JobSpec
+
+#: What the plan says an image ships (the data file has more).
+IMAGE_PACKAGES_SHOWN = ("transformers", "trl", "peft", "accelerate")
 
 
 def render_plan_text(plan: LaunchPlan) -> str:
@@ -26,6 +30,7 @@ def render_plan_text(plan: LaunchPlan) -> str:
         f"({spec.instance_count * info.gpus} x {info.accelerator} {info.gpu_memory_gb} GB)",
         f"Distribution: {DISTRIBUTION_LABELS[spec.distribution]}{_mp_summary(spec)}",
         f"Framework: transformers {spec.transformers_version}, PyTorch {spec.pytorch_version}, {spec.py_version}",
+        image_line(spec, est),
         f"Entry point: {est['entry_point']} in {est['source_dir']}",
         *own_code_lines(spec),
         *channel_lines(plan.inputs),
@@ -39,6 +44,22 @@ def render_plan_text(plan: LaunchPlan) -> str:
         *cost_lines(plan.cost, spec),
     ]
     return "\n".join(lines)
+
+
+def image_line(spec: JobSpec, estimator: dict[str, object]) -> str:
+    """``Image: the SDK's huggingface-pytorch-training ...`` or the URI of one newer than the SDK's tables."""
+    uri = estimator.get("image_uri")
+    if not uri:
+        return "Image: the SageMaker SDK's Hugging Face training image of these versions"
+    return f"Image: {uri} (newer than the SDK's tables: passed as image_uri; {_packages(spec)})"
+
+
+def _packages(spec: JobSpec) -> str:
+    row = image_packages(spec.transformers_version, spec.pytorch_version, spec.py_version)
+    if row is None:
+        return "its packages unknown"
+    shown = [f"{name} {version}" for name, version in row.packages if name in IMAGE_PACKAGES_SHOWN]
+    return "ships " + ", ".join(shown)
 
 
 def own_code_lines(spec: JobSpec) -> list[str]:
@@ -93,6 +114,8 @@ def _forecast_detail(f: Forecast) -> str:
     if f.seconds is None or f.training_seconds is None or f.startup_seconds is None:
         return ""
     rate = f"{f.samples_per_second:,.1f} samples/s" if f.samples_per_second else "-"
+    if f.tokens_per_second:  # a causal LM's fine-tune is counted in tokens
+        rate = f"{f.tokens_per_second:,.0f} tokens/s"
     return (f" ({f.basis}: {about_duration(f.training_seconds)} training at {rate}, "
             f"{about_duration(f.startup_seconds)} start-up, evaluation and upload)")
 

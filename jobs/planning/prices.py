@@ -26,6 +26,12 @@ def price_table() -> dict[str, Any]:
     return data
 
 
+def is_estimate(instance_type: str) -> bool:
+    """Whether the type's price is the data file's estimate (no public list price was found; it says why)."""
+    name = instance_info(instance_type).name
+    return name in price_table().get("additions", {}).get("estimated", {})
+
+
 def spot_discount(instance_type: str) -> float:
     """The typical managed-spot discount of the type's family, as a fraction (0.7 = 70% off)."""
     name = instance_info(instance_type).name

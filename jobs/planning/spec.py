@@ -33,11 +33,13 @@ from jobs.planning.own_code import check_entry, check_own_checkpoint_minutes, is
 from jobs.planning.presets import DEFAULT_MP_PARAMETERS, DEFAULT_PROCESSES_PER_HOST, PRESETS
 from jobs.wording import counted
 
-Task = Literal["question-answering", "text-classification"]
-Distribution = Literal["none", "data", "model", "ddp"]
+Task = Literal["question-answering", "text-classification", "text-generation"]
+Distribution = Literal["none", "data", "model", "ddp", "fsdp"]
 
-TASKS: tuple[str, ...] = ("question-answering", "text-classification")
-DISTRIBUTIONS: tuple[str, ...] = ("none", "data", "model", "ddp")
+TASKS: tuple[str, ...] = ("question-answering", "text-classification", "text-generation")
+DISTRIBUTIONS: tuple[str, ...] = ("none", "data", "model", "ddp", "fsdp")
+#: Supervised fine-tuning of a causal language model (the LLM presets): TRL and PEFT, on an image that ships them.
+LLM_TASK = "text-generation"
 DEFAULT_MAX_INSTANCES = 16
 DEFAULT_MAX_RUN = 86400
 MAX_RUNTIME_SECONDS = 28 * 86400  # SageMaker's cap on MaxRuntimeInSeconds and MaxWaitTimeInSeconds
@@ -57,6 +59,9 @@ DATASETS: dict[str, tuple[str, str, str | None]] = {
     "emotion": ("text-classification", "emotion", None),
     "yelp_polarity": ("text-classification", "yelp_polarity", None),
     **{name: ("text-classification", "glue", name) for name in ("mnli", "sst2", "mrpc", "qnli", "qqp", "rte", "cola")},
+    # Chat data (a "messages" column of role/content turns), both Apache-2.0 / MIT licensed.
+    "capybara": ("text-generation", "trl-lib/Capybara", None),
+    "ultrachat": ("text-generation", "HuggingFaceH4/ultrachat_200k", None),
 }
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_./:~@+=-]{1,300}", re.ASCII)
 MP_ENUMS = {
@@ -255,7 +260,7 @@ def missing_field_message(field: str) -> str:
     if field == "dataset":
         return "Say which data to train on: dataset=NAME (e.g. squad, mnli, imdb) or train_data=s3://BUCKET/PREFIX."
     if field == "task":
-        return "Say which task this is: task=question-answering or task=text-classification."
+        return "Say which task this is: task=question-answering, task=text-classification or task=text-generation."
     return f"{field} is missing."
 
 
@@ -272,7 +277,7 @@ def fill_defaults(data: dict[str, Any]) -> dict[str, Any]:
         data["task"] = DATASETS[data["dataset"]][0]
     distribution = data.get("distribution", "none")
     if distribution in DISTRIBUTIONS:
-        _fill_versions(data, distribution)
+        _fill_versions(data, distribution, llm=data.get("task") == LLM_TASK)
         if distribution == "model":
             _fill_model_parallel(data)
     if data.get("spot") is True or str(data.get("spot")).lower() in TRUE_WORDS:
@@ -280,13 +285,15 @@ def fill_defaults(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _fill_versions(data: dict[str, Any], distribution: str) -> None:
+def _fill_versions(data: dict[str, Any], distribution: str, *, llm: bool) -> None:
     keys = ("transformers_version", "pytorch_version", "py_version")
     given = [data.get(key) for key in keys]
     if not all(v is None or isinstance(v, str) for v in given):
         return
+    if llm and all(v is not None for v in given):
+        return  # a stored spec (or one given in full) keeps its versions; check_spec says if they cannot run it
     transformers, pytorch, py = given
-    data.update(zip(keys, versions.complete_versions(transformers, pytorch, py, distribution), strict=True))
+    data.update(zip(keys, versions.complete_versions(transformers, pytorch, py, distribution, llm=llm), strict=True))
 
 
 def _fill_model_parallel(data: dict[str, Any]) -> None:
@@ -333,11 +340,17 @@ def check_spec(spec: JobSpec, max_instances: int) -> None:
     _check_times(spec)
     _check_checkpoints_and_disk(spec)
     versions.validate_versions(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.distribution)
+    if spec.task == LLM_TASK:
+        versions.validate_llm_image(spec.transformers_version, spec.pytorch_version, spec.py_version)
+    mismatch = versions.cuda_mismatch(spec.transformers_version, spec.pytorch_version, info)
+    if mismatch is not None:
+        raise SpecError(f"{info.name} cannot run this job: {mismatch}. Choose another instance_type or "
+                        "transformers_version=.", field="instance_type")
     _check_distribution(spec, info)
     if spec.hyperparameters.get("bf16") is True and not info.bf16:
         raise SpecError(
-            f"bf16=yes needs an A100, H100, A10G, L4 or Trainium; {info.name} has {info.accelerator}: "
-            "use fp16=yes or a p4d, p5, g5 or g6 type.", field="instance_type"
+            f"bf16=yes needs an A100, H100, H200, B200, A10G, L4, L40S or Trainium; {info.name} has "
+            f"{info.accelerator}: use fp16=yes or a p4d, p5, g5, g6 or g6e type.", field="instance_type"
         )
 
 
@@ -396,10 +409,15 @@ def _check_instances(spec: JobSpec, info: InstanceType, max_instances: int) -> N
     if not 1 <= spec.instance_count <= max_instances:
         raise SpecError(f"instance_count must be between 1 and {max_instances} (TRAINBOT_MAX_INSTANCES), "
                         f"not {spec.instance_count}.", field="instance_count")
+    if spec.spot and not info.spot:
+        raise SpecError(
+            f"{info.name} takes no managed spot (its capacity comes through training plans or on-demand): "
+            "use spot=no, or a spot type such as ml.p5.48xlarge or ml.g6e.xlarge.", field="spot"
+        )
     if spec.instance_count > 1 and spec.distribution == "none":
         raise SpecError(
-            f"instance_count={spec.instance_count} needs distribution=data, ddp or model "
-            "(without one every instance would train alone); or use instance_count=1.", field="instance_count"
+            f"instance_count={spec.instance_count} needs distribution=ddp or fsdp (or the article's data or model): "
+            "without one every instance would train alone; or use instance_count=1.", field="instance_count"
         )
     if not 0 <= spec.max_restarts <= MAX_RESTARTS_LIMIT:
         raise SpecError(f"max_restarts must be between 0 and {MAX_RESTARTS_LIMIT}, not {spec.max_restarts}.")

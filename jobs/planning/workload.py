@@ -8,6 +8,11 @@ here has no known size: a job on it is sized only when it caps its steps (``max_
 The arithmetic of a transformer encoder (Kaplan et al. 2020, "Scaling laws", section 2.1): a forward pass
 costs about 2 x N FLOPs a token for N non-embedding parameters (N = 12 x layers x hidden^2), plus 4 x seq x
 hidden a layer for attention; a training step (forward and backward) three times that.
+
+A causal LM's fine-tune (text-generation) is counted in tokens: examples x their sequence length, through a
+decoder whose parameter count is its card's (SwiGLU and grouped-query attention make 12 x layers x hidden^2 a
+poor guess). A LoRA run's backward pass computes no gradient of the frozen weights (two passes' worth, not
+three, the adapter's own being a rounding error), and checkpointed activations are computed twice.
 """
 
 from __future__ import annotations
@@ -47,6 +52,8 @@ DATASETS: dict[str, DatasetSize] = {
     "ag_news": DatasetSize(train=120_000, eval=7_600, batch_tokens=128),
     "emotion": DatasetSize(train=16_000, eval=2_000, batch_tokens=64),
     "yelp_polarity": DatasetSize(train=560_000, eval=38_000, batch_tokens=512),
+    # trl-lib/Capybara: multi-turn chats, ~1,000 tokens as Qwen's tokenizer counts them (capped by max_seq_length).
+    "capybara": DatasetSize(train=15_806, eval=200, batch_tokens=1024),
 }
 
 
@@ -55,11 +62,12 @@ class ModelShape:
     layers: int
     hidden: int
     known: bool = True  # False: guessed from the name
+    params: int = 0  # non-embedding parameters from the model's card (decoders); 0: the encoder formula
 
     @property
     def parameters(self) -> int:
         """Non-embedding parameters (what the matrix multiplications cost)."""
-        return 12 * self.layers * self.hidden * self.hidden
+        return self.params or 12 * self.layers * self.hidden * self.hidden
 
     def train_flops_per_token(self, seq_len: int) -> float:
         """Forward and backward of one token in a sequence of ``seq_len``."""
@@ -91,7 +99,17 @@ MODELS: dict[str, ModelShape] = {
     "google/electra-large-discriminator": ModelShape(24, 1024),
     "sentence-transformers/all-minilm-l6-v2": ModelShape(6, 384),
     "nreimers/minilm-l6-h384-uncased": ModelShape(6, 384),
+    # Decoders (the LLM presets and their usual peers): non-embedding parameters from their configs.
+    "qwen/qwen2.5-0.5b-instruct": ModelShape(24, 896, params=358_000_000),
+    "qwen/qwen2.5-1.5b-instruct": ModelShape(28, 1536, params=1_310_000_000),
+    "qwen/qwen2.5-7b-instruct": ModelShape(28, 3584, params=6_530_000_000),
+    "qwen/qwen2.5-14b-instruct": ModelShape(48, 5120, params=13_100_000_000),
+    "meta-llama/llama-3.1-8b-instruct": ModelShape(32, 4096, params=6_980_000_000),
+    "mistralai/mistral-7b-instruct-v0.3": ModelShape(32, 4096, params=6_980_000_000),
 }
+#: A decoder's size in its name (``...-7B-...``, ``1.5b``): billions of parameters, most of them outside the embeddings.
+_BILLIONS = re.compile(r"([0-9]{1,3}(?:\.[0-9])?)b")
+_NON_EMBEDDING_SHARE = 0.86
 #: Name words that give an unknown model's size away, most specific first.
 _SIZE_WORDS: tuple[tuple[str, ModelShape], ...] = (
     ("tiny", ModelShape(2, 128, known=False)),
@@ -107,7 +125,8 @@ _BASE_GUESS = ModelShape(12, 768, known=False)
 #: The scripts' defaults (training/script_arguments.py and the Trainer's own).
 DEFAULT_EPOCHS = 3.0
 DEFAULT_BATCH = 8
-DEFAULT_SEQ_LEN = {"question-answering": 384, "text-classification": 128}
+DEFAULT_SEQ_LEN = {"question-answering": 384, "text-classification": 128, "text-generation": 1024}
+LLM_TASK = "text-generation"
 
 
 def model_shape(model: str) -> ModelShape:
@@ -119,7 +138,13 @@ def model_shape(model: str) -> ModelShape:
     for known, shape in MODELS.items():
         if known.rsplit("/", 1)[-1] == short:
             return shape
-    words = set(re.split(r"[^a-z0-9]+", short))
+    words = set(re.split(r"[^a-z0-9.]+", short))
+    for word in words:
+        billions = _BILLIONS.fullmatch(word)
+        if billions:  # a decoder sized by its name: its depth and width are guesses, its parameters are not
+            params = int(float(billions.group(1)) * 1e9 * _NON_EMBEDDING_SHARE)
+            return ModelShape(32, 4096, known=False, params=params)
+    words = {part for word in words for part in word.split(".")}
     for word, shape in _SIZE_WORDS:
         if word in words or (word in ("distil", "minilm") and word in short):
             return shape
@@ -146,6 +171,8 @@ class Workload:
     half_precision: bool  # fp16 or bf16 mixed precision
     capped_by_steps: bool  # max_steps set the length, not the epochs
     sized: bool  # False: an unknown dataset with no step cap, the counts are a guess
+    passes: float = 3.0  # a training token's cost in forward passes (3: forward and a full backward)
+    in_tokens: bool = False  # a causal LM's fine-tune: its throughput is said in tokens
 
     @property
     def eval_flops(self) -> float:
@@ -153,13 +180,17 @@ class Workload:
 
     @property
     def flops_per_sample(self) -> float:
-        return self.seq_len * self.model.train_flops_per_token(self.seq_len)
+        return self.seq_len * self.passes * self.model.forward_flops_per_token(self.seq_len)
+
+    @property
+    def train_tokens(self) -> int:
+        return self.train_samples * self.seq_len
 
 
 def replicas_of(spec: JobSpec, instance: InstanceType) -> int:
     """Copies of the model that each take a batch per step (the data-parallel degree)."""
     gpus = max(1, instance.gpus)
-    if spec.distribution in ("data", "ddp"):
+    if spec.distribution in ("data", "ddp", "fsdp"):  # fsdp shards the model but each GPU takes a batch
         return gpus * spec.instance_count
     if spec.distribution == "model":
         processes = (spec.processes_per_host or gpus) * spec.instance_count
@@ -198,7 +229,19 @@ def workload_of(
         half_precision=_truthy(hps.get("fp16")) or _truthy(hps.get("bf16")),
         capped_by_steps=max_steps > 0,
         sized=max_steps > 0 or examples is not None,
+        passes=_passes(spec, hps),
+        in_tokens=spec.task == LLM_TASK,
     )
+
+
+def _passes(spec: JobSpec, hps: dict[str, HpValue]) -> float:
+    """A training token's cost in forward passes: 3, or 2 for a LoRA adapter (no frozen weight's gradient),
+    one more where activations are checkpointed (recomputed in the backward pass; FSDP's own included)."""
+    if spec.task != LLM_TASK:
+        return 3.0
+    lora = not (hps.get("use_lora") is False or str(hps.get("use_lora")).lower() == "false")
+    recomputed = _truthy(hps.get("gradient_checkpointing")) or spec.distribution == "fsdp"
+    return (2.0 if lora else 3.0) + (1.0 if recomputed else 0.0)
 
 
 def _eval_samples(hps: dict[str, HpValue], size: DatasetSize | None) -> int:

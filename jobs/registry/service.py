@@ -102,7 +102,7 @@ class RegistryService:
         spec = lineage.spec
         framework = None
         if lineage.backend != "local":
-            framework = choose_framework(spec.transformers_version, spec.pytorch_version, spec.py_version).framework
+            framework = choose_framework(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.task).framework
         return PackageRequest(
             group=group_for(lineage), lineage_id=lineage.id, job_name=job_name, model_data=model_data,
             task=spec.task or "", framework=framework, code=spec.code or "", commit=spec.code_commit or "",

@@ -37,6 +37,8 @@ _LOSSES = (("eval loss", ("eval_loss",)), ("train loss", ("train_loss", "loss"))
 HEADLINE_METRICS = {
     "question-answering": (("exact_match", ("eval_exact_match", "exact_match")), ("f1", ("eval_f1", "f1")), *_LOSSES),
     "text-classification": (("accuracy", ("eval_accuracy", "accuracy")), *_LOSSES),
+    # A causal LM's fine-tune: its losses, and how fast it trained, in tokens (what its forecast counts).
+    "text-generation": (*_LOSSES, ("tokens/s", ("train_tokens_per_second",))),
 }
 
 
@@ -102,7 +104,11 @@ class JobReport:
             return None
         took = "so far" if self.partial else "took"
         spent = _about(self.duration_seconds or 0.0, self.cost_usd)
-        return f"forecast {_about(float(seconds), float(cost))}, {took} {spent}"
+        line = f"forecast {_about(float(seconds), float(cost))}, {took} {spent}"
+        planned_rate, measured = planned.get("tokens_per_second"), self.metrics.get("train_tokens_per_second")
+        if planned_rate and measured:  # a causal LM's fine-tune: its throughput as forecast and as trained
+            line += f"; {float(planned_rate):,.0f} tokens/s forecast, {measured:,.0f} trained"
+        return line
 
     @property
     def priced_here(self) -> bool:
@@ -178,6 +184,11 @@ def with_forecast(report: JobReport, planned: Forecast | None) -> JobReport:
     if planned is None or planned.seconds is None:
         return report
     return replace(report, forecast=planned.to_json())
+
+
+def _figure(value: float) -> str:
+    """``0.8912``, ``88.5``; ``15,739`` rather than ``1.574e+04`` (tokens a second)."""
+    return f"{value:,.0f}" if abs(value) >= 10_000 else f"{value:.4g}"
 
 
 def spot_savings(attempts: tuple[Attempt, ...]) -> float | None:
@@ -278,7 +289,7 @@ def _text_lines(report: JobReport) -> list[str]:
         lines.append(f"  code {report.code}")
     if report.metrics:  # a team's own script has no headline of its task: its metrics, as they came
         shown = report.headline or report.metrics
-        lines.append("  " + ", ".join(f"{k} {v:.4g}" for k, v in shown.items()))
+        lines.append("  " + ", ".join(f"{k} {_figure(v)}" for k, v in shown.items()))
     forecast = report.forecast_line()
     if forecast:
         lines.append(f"  {forecast}")

@@ -176,16 +176,18 @@ def test_a_relaunch_on_more_gpus_keeps_the_global_batch_and_each_attempt_records
     world.watcher.poll_once()
     lose_capacity(world, f"{lineage.id}-2")
     world.watcher.poll_once()
+    lose_capacity(world, f"{lineage.id}-3")  # every 1-GPU type with 24 GB or more tried: ml.g6e and ml.g6
+    world.watcher.poll_once()
     ran = world.store.get_lineage(lineage.id)
     assert [(a.instance_type, a.per_device_batch, a.accumulation) for a in ran.attempts] == [
-        ("ml.g5.xlarge", 32, 1), ("ml.g6.xlarge", 32, 1), ("ml.g6.12xlarge", 8, 1)]
+        ("ml.g5.xlarge", 32, 1), ("ml.g6e.xlarge", 32, 1), ("ml.g6.xlarge", 32, 1), ("ml.g6e.12xlarge", 8, 1)]
     assert ran.launch_plan is not None and ran.launch_plan["batch"]["global_batch"] == 32  # the approved one
-    third = world.backend.plans[f"{lineage.id}-3"]
+    third = world.backend.plans[f"{lineage.id}-4"]
     assert third.estimator["hyperparameters"]["per_device_train_batch_size"] == 8
     assert third.attempt_batch.global_batch == 32
     notes = [n["text"] for n in world.notes(events.RELAUNCHED)]
-    assert notes[0].startswith(f"Relaunched as {lineage.id}-2 (attempt 2, ml.g6.xlarge, spot; 1 GPU as planned)")
-    assert notes[1].startswith(f"Relaunched as {lineage.id}-3 (attempt 3, ml.g6.12xlarge, spot; 4 GPUs, "
+    assert notes[0].startswith(f"Relaunched as {lineage.id}-2 (attempt 2, ml.g6e.xlarge, spot; 1 GPU as planned)")
+    assert notes[2].startswith(f"Relaunched as {lineage.id}-4 (attempt 4, ml.g6e.12xlarge, spot; 4 GPUs, "
                                "per-device batch 8 instead of 32, global batch 32 as planned)")
-    forecast = ran.attempts[2].forecast  # the rest is forecast on the type it runs on now
-    assert forecast is not None and forecast["seconds"] < (ran.attempts[1].forecast or {})["seconds"]
+    forecast = ran.attempts[3].forecast  # the rest is forecast on the type it runs on now
+    assert forecast is not None and forecast["seconds"] < (ran.attempts[2].forecast or {})["seconds"]

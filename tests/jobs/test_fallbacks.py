@@ -33,7 +33,8 @@ def skipped(text: str, order: str = "any-count") -> dict[str, str]:
 def test_distilbert_spot_keeps_one_gpu_across_families_before_anything_else() -> None:
     assert order_of("distilbert-spot") == [
         ("ml.p3.2xlarge", True, 32, 1),
-        ("ml.g6.xlarge", True, 32, 1),  # L4 24 GB: faster at fp32 than the V100 and cheapest for the work
+        ("ml.g6e.xlarge", True, 32, 1),  # L40S 48 GB: the fastest at fp32 and, at $2.61 an hour, cheapest for the work
+        ("ml.g6.xlarge", True, 32, 1),  # L4 24 GB: faster at fp32 than the V100
         ("ml.g5.xlarge", True, 32, 1),
         ("ml.g4dn.xlarge", True, 32, 1),  # T4 16 GB: half the V100's fp32, so after the ones as fast
     ]
@@ -42,9 +43,9 @@ def test_distilbert_spot_keeps_one_gpu_across_families_before_anything_else() ->
 
 def test_distilbert_spot_any_count_adds_more_gpus_with_the_batch_divided_after_on_demand() -> None:
     order = order_of("distilbert-spot on_demand_fallback=yes", "any-count")
-    assert order[:5] == [("ml.p3.2xlarge", True, 32, 1), ("ml.g6.xlarge", True, 32, 1), ("ml.g5.xlarge", True, 32, 1),
-                         ("ml.g4dn.xlarge", True, 32, 1), ("ml.p3.2xlarge", False, 32, 1)]
-    more = order[5:]
+    assert order[:6] == [("ml.p3.2xlarge", True, 32, 1), ("ml.g6e.xlarge", True, 32, 1), ("ml.g6.xlarge", True, 32, 1),
+                         ("ml.g5.xlarge", True, 32, 1), ("ml.g4dn.xlarge", True, 32, 1), ("ml.p3.2xlarge", False, 32, 1)]
+    more = order[6:]
     assert [gpus for *_, gpus in more] == sorted(gpus for *_, gpus in more)  # fewest GPUs first
     assert {(per_device, gpus) for _, _, per_device, gpus in more} == {(8, 4), (4, 8)}
     assert ("ml.p3.8xlarge", True, 8, 4) in more and all(spot for _, spot, *_ in more)
@@ -81,7 +82,8 @@ def test_a_four_gpu_type_keeps_four_then_eight_with_the_batch_halved() -> None:
 def test_an_eight_gpu_type_has_nowhere_wider_to_go() -> None:
     order = order_of("model=m dataset=imdb type=ml.p4d.24xlarge bf16=yes", "any-count")
     assert {row[3] for row in order} == {8}
-    assert [row[0] for row in order] == ["ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.p4de.24xlarge"]
+    assert [row[0] for row in order] == ["ml.p4d.24xlarge", "ml.g6e.48xlarge", "ml.p5.48xlarge", "ml.p5e.48xlarge",
+                                         "ml.p5en.48xlarge", "ml.p4de.24xlarge"]
     reasons = skipped("model=m dataset=imdb type=ml.p4d.24xlarge bf16=yes")
     assert reasons["ml.p3dn.24xlarge"] == "32 GB a GPU, less than the planned 40 GB"
     assert "40 GB" in reasons["ml.g5.48xlarge"]  # A10G 24 GB < A100 40 GB

@@ -203,3 +203,29 @@ def test_about_duration(value: float, words: str) -> None:
 
 def test_about_usd() -> None:
     assert (about_usd(0.416), about_usd(25.4), about_usd(1351.3)) == ("$0.42", "$25", "$1,351")
+
+
+# -- a causal LM's fine-tune, in tokens --------------------------------------------------------------------
+
+
+def test_an_llm_fine_tune_is_counted_in_tokens_through_its_decoder() -> None:
+    lora = workload_of(spec("llm-lora"))
+    assert lora.in_tokens and lora.seq_len == 1024 and lora.train_tokens == 500 * 16 * 1024
+    assert lora.model.parameters == 6_530_000_000  # Qwen2.5-7B's card, not 12 x layers x hidden^2
+    assert lora.passes == 3.0  # LoRA: forward and activations' backward, plus the checkpointed recompute
+    assert workload_of(spec("llm-lora gradient_checkpointing=no")).passes == 2.0
+    assert workload_of(spec("llm-fsdp")).passes == 4.0  # every weight's gradient, FSDP's activation checkpointing
+    assert model_shape("acme/chat-13B-v2").parameters == int(13e9 * 0.86)  # sized by its name
+
+
+def test_the_forecast_says_tokens_a_second_and_history_still_corrects_it() -> None:
+    found = forecast(spec("llm-lora"))
+    assert found.tokens_per_second is not None and found.samples_per_second is not None
+    assert found.tokens_per_second == pytest.approx(found.samples_per_second * 1024)
+    # the L40S's 362 TFLOP/s at 35%, over three passes of 2 x 6.53e9 FLOPs a token and the attention's 4 x s x h x l
+    per_token = 3 * (2 * 6.53e9 + 4 * 1024 * 3584 * 28)
+    assert found.tokens_per_second == pytest.approx(362e12 * 0.35 / per_token, rel=1e-6)
+    slower = forecast(spec("llm-lora"), history=[PastRun(1.0, 0.5, 600.0)])
+    assert slower.tokens_per_second == pytest.approx(found.tokens_per_second / 2)
+    assert forecast(spec("distilbert-spot")).tokens_per_second is None  # the article's recipes stay in samples
+    assert Forecast.from_json(found.to_json()).tokens_per_second == pytest.approx(found.tokens_per_second, abs=1)

@@ -126,13 +126,22 @@ def test_the_hint_never_offers_a_reserved_name() -> None:
 
 
 def test_script_arguments_hold_no_reserved_name() -> None:
-    for task in ("question-answering", "text-classification", None):
+    for task in ("question-answering", "text-classification", "text-generation", None):
         for name in script_arguments(task):
             check_reserved(name)
 
 
+#: Typed keys only the LLM script (text-generation) takes: its adapter's settings.
+LLM_ONLY = {"use_lora", "lora_r", "lora_alpha", "lora_dropout"}
+
+
 def test_every_typed_key_and_preset_value_is_an_argument_of_its_script() -> None:
     for name in KNOWN_HYPERPARAMETERS:
+        check_script_argument(name, "text-generation")
+        if name in LLM_ONLY:
+            with pytest.raises(SpecError):
+                check_script_argument(name, "question-answering")
+            continue
         check_script_argument(name, "question-answering")
         check_script_argument(name, "text-classification")
     for fields in PRESETS.values():

@@ -156,11 +156,15 @@ def test_to_json_is_plain_data() -> None:
                         "Batch: global batch 64 (per-device 4 x 8 GPUs x 2 instances x accumulation 1)",
                         "Relaunches (TRAINBOT_RECOVERY_POLICY=same-count): ml.p4d.24xlarge (on-demand), "
                         "ml.p4de.24xlarge (on-demand), ml.p3dn.24xlarge (on-demand); then from the top again",
-                        "  not used: ml.g5.48xlarge, ml.g6.48xlarge, ml.p5.48xlarge: smdistributed runs only on"]),
+                        "  not used: ml.g5.48xlarge, ml.g6.48xlarge, ml.g6e.48xlarge, ml.p5.48xlarge, ml.p5e.48xlarge, "
+                        "ml.p5en.48xlarge: smdistributed runs only on",
+                        "  not used: ml.p6-b200.48xlarge: the transformers 4.28.1 / PyTorch 2.0.0 image is built on "
+                        "CUDA 11.8; the NVIDIA B200 needs CUDA 12.8 or newer"]),
         ("bert-squad max_steps=none", ["Forecast: about 28 min, about $24 (physics"]),
         ("roberta-mnli", ["model parallel", "8 processes a host", "partitions 4"]),
         ("distilbert-spot", ["Spot: yes", "worst case $6.38: 6 attempts x 16m40s on 1 x ml.p3.2xlarge",
-                             "spot savings about 70%", "ml.g6.xlarge (spot), ml.g5.xlarge (spot), ml.g4dn.xlarge (spot)"]),
+                             "spot savings about 70%",
+                             "ml.g6e.xlarge (spot), ml.g6.xlarge (spot), ml.g5.xlarge (spot), ml.g4dn.xlarge (spot)"]),
     ],
 )
 def test_render_plan_text(text: str, lines: list[str]) -> None:

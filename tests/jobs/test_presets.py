@@ -10,7 +10,7 @@ from jobs.planning.spec import spec_from_fields
 
 
 def test_names() -> None:
-    assert preset_names() == ["bert-squad", "roberta-mnli", "distilbert-spot"]
+    assert preset_names() == ["bert-squad", "roberta-mnli", "distilbert-spot", "llm-lora", "llm-fsdp"]
 
 
 def test_bert_squad() -> None:

@@ -81,8 +81,8 @@ def test_capacity_loss_relaunches_on_the_next_fallback_after_the_backoff(
 ) -> None:
     decision = decide(lineage(), attempt(), remote(status, secondary, reason), POLICY, NOW)
     assert isinstance(decision, Relaunch)
-    # The same GPU count first: a 1-GPU L4 (more memory, faster at fp32, cheaper for the work).
-    assert (decision.instance_type, decision.spot) == ("ml.g6.xlarge", True)
+    # The same GPU count first: a 1-GPU L40S (more memory, faster at fp32, cheapest for the work).
+    assert (decision.instance_type, decision.spot) == ("ml.g6e.xlarge", True)
     assert decision.batch == decision.planned == BatchSettings(32, 1, 1, 1)
     assert decision.not_before == NOW + timedelta(seconds=30)
     assert decision.backoff_seconds == 30
@@ -140,7 +140,7 @@ def test_any_count_moves_on_to_more_gpus_with_the_per_device_batch_divided() -> 
     any_count = RecoveryPolicy(backoff_seconds=30, order="any-count")
     g5 = lineage("distilbert-spot instance_type=ml.g5.xlarge", attempts=(attempt(2, instance_type="ml.g6.xlarge"),))
     decision = decide(g5, g5.attempts[0], remote(RemoteStatus.STOPPED, "MaxWaitTimeExceeded"), any_count, NOW)
-    assert isinstance(decision, Relaunch) and decision.instance_type == "ml.g6.12xlarge"
+    assert isinstance(decision, Relaunch) and decision.instance_type == "ml.g6e.12xlarge"
     assert decision.batch == BatchSettings(per_device=8, accumulation=1, accelerators=4, instances=1)
     assert decision.batch.global_batch == 32
     same_count = decide(g5, g5.attempts[0], remote(RemoteStatus.STOPPED, "MaxWaitTimeExceeded"), POLICY, NOW)

@@ -1,11 +1,11 @@
-"""A relaunch trains the same run: two distilbert-spot lineages whose spot capacity is taken twice, through
+"""A relaunch trains the same run: two distilbert-spot lineages whose spot capacity is taken again and again, through
 the real SageMakerBackend against moto, the watcher deciding as in production. What each attempt trains
 with is read from the CreateTrainingJob requests really sent (moto keeps no hyperparameters worth reading
 back), and from the store's attempt rows.
 
 - the default order (same-count): both relaunches stay on one GPU, on other families, batch as planned;
-- any-count, planned on ml.g5.xlarge: first the other 1-GPU type with 24 GB (ml.g6.xlarge), then a 4-GPU
-  type with the per-device batch divided by four, so the global batch stays 32.
+- any-count, planned on ml.g5.xlarge: first the other 1-GPU types with 24 GB or more (ml.g6e.xlarge,
+  ml.g6.xlarge), then a 4-GPU type with the per-device batch divided by four, so the global batch stays 32.
 """
 
 from __future__ import annotations
@@ -48,9 +48,9 @@ def settings_sent(request: dict[str, Any]) -> tuple[str, int, int]:
     ("policy", "text", "expected"),
     [
         ("same-count", "distilbert-spot",
-         [("ml.p3.2xlarge", 32, 1), ("ml.g6.xlarge", 32, 1), ("ml.g5.xlarge", 32, 1)]),
+         [("ml.p3.2xlarge", 32, 1), ("ml.g6e.xlarge", 32, 1), ("ml.g6.xlarge", 32, 1)]),
         ("any-count", "distilbert-spot instance_type=ml.g5.xlarge",
-         [("ml.g5.xlarge", 32, 1), ("ml.g6.xlarge", 32, 1), ("ml.g6.12xlarge", 8, 1)]),
+         [("ml.g5.xlarge", 32, 1), ("ml.g6e.xlarge", 32, 1), ("ml.g6.xlarge", 32, 1), ("ml.g6e.12xlarge", 8, 1)]),
     ],
 )
 def test_spot_capacity_taken_twice_relaunches_with_the_global_batch_kept(
@@ -68,7 +68,7 @@ def test_spot_capacity_taken_twice_relaunches_with_the_global_batch_kept(
     watcher = Watcher(store, backend, clock, settings)
 
     lineage = service.launch(text, actor=ALICE)
-    for number in (1, 2):
+    for number in range(1, len(expected)):
         job = f"{lineage.id}-{number}"
         set_training_job_state(job, "InProgress", "Training")
         clock.advance(1)
@@ -77,12 +77,12 @@ def test_spot_capacity_taken_twice_relaunches_with_the_global_batch_kept(
         clock.advance(1)
         watcher.poll_once()
 
-    jobs = [f"{lineage.id}-{n}" for n in (1, 2, 3)]
+    jobs = [f"{lineage.id}-{n}" for n in range(1, len(expected) + 1)]
     assert [settings_sent(created.by_name(job)) for job in jobs] == expected
     for job in jobs:  # every attempt resumes the one run: same checkpoints, same global batch
         request = created.by_name(job)
         assert request["CheckpointConfig"]["S3Uri"] == lineage.checkpoint_uri
-        gpus = {"ml.g6.12xlarge": 4}.get(request["ResourceConfig"]["InstanceType"], 1)
+        gpus = {"ml.g6e.12xlarge": 4}.get(request["ResourceConfig"]["InstanceType"], 1)
         _, per_device, accumulation = settings_sent(request)
         assert per_device * accumulation * gpus * request["ResourceConfig"]["InstanceCount"] == 32
     ran = store.get_lineage(lineage.id)
@@ -92,4 +92,4 @@ def test_spot_capacity_taken_twice_relaunches_with_the_global_batch_kept(
     assert said[0].startswith(f"Relaunched as {jobs[1]} (attempt 2, {expected[1][0]}, spot; 1 GPU as planned)")
     last = "1 GPU as planned" if policy == "same-count" else \
         "4 GPUs, per-device batch 8 instead of 32, global batch 32 as planned"
-    assert said[1].startswith(f"Relaunched as {jobs[2]} (attempt 3, {expected[2][0]}, spot; {last})")
+    assert said[-1].startswith(f"Relaunched as {jobs[-1]} (attempt {len(jobs)}, {expected[-1][0]}, spot; {last})")

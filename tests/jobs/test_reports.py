@@ -13,10 +13,11 @@ import pytest
 from jobs.lifecycle import events
 from jobs.lineage import Attempt, AttemptStatus, Lineage, LineageStatus
 from jobs.planning import prices
+from jobs.planning.forecast import Forecast
 from jobs.planning.grammar import parse_command
 from jobs.records import MetricPoint
 from jobs.reporting.plots import plot_lineage, plot_series
-from jobs.reporting.reports import build_report, spot_savings
+from jobs.reporting.reports import build_report, spot_savings, with_forecast
 from tests.jobs.fakes import ScriptedBackend
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
@@ -116,6 +117,17 @@ def test_savings_need_spot_and_training_time() -> None:
     assert spot_savings((on_demand,)) is None
     assert spot_savings((attempt(1),)) is None
     assert spot_savings((attempt(1, billable_seconds=10, training_seconds=40),)) == pytest.approx(0.75)
+
+
+def test_an_llm_fine_tune_reports_its_losses_and_tokens_a_second_beside_its_forecast() -> None:
+    metrics = {"eval_loss": 1.12, "train_loss": 1.31, "train_tokens_per_second": 2876.4, "train_samples_per_second": 2.8}
+    done = lineage(attempt(1, metrics=metrics), text="llm-lora")
+    planned = Forecast(seconds=3600, usd=1.0, basis="physics", tokens_per_second=3135)
+    report = with_forecast(build_report(done, ScriptedBackend()), planned)
+    assert report.headline == {"eval_loss": 1.12, "loss": 1.31, "tokens/s": 2876.4}
+    text = report.to_text()
+    assert "  eval_loss 1.12, loss 1.31, tokens/s 2876" in text
+    assert "; 3,135 tokens/s forecast, 2,876 trained" in text
 
 
 def test_accuracy_is_the_headline_of_classification() -> None:

@@ -118,7 +118,7 @@ INVALID_RULES: list[tuple[dict[str, Any], str]] = [
     (fields(instance_type="ml.trn1.32xlarge"), "Neuron"),
     (fields(instance_count=0), "between 1 and 16"),
     (fields(instance_count=17, distribution="ddp"), "between 1 and 16"),
-    (fields(instance_count=2), "needs distribution=data, ddp or model"),
+    (fields(instance_count=2), "needs distribution=ddp or fsdp (or the article's data or model)"),
     (fields(distribution="data"), "runs only on ml.p3.16xlarge"),
     (fields(instance_type="ml.g5.48xlarge", distribution="data"), "use distribution=ddp"),
     (fields(instance_type="ml.p3.16xlarge", distribution="data", transformers_version="4.46.1"), "PyTorch 2.2 or older"),
@@ -189,9 +189,12 @@ class TestVersions:
     def test_defaults_per_distribution(self) -> None:
         for distribution in ("none", "data", "model"):
             assert versions.default_versions(distribution) == ("4.28.1", "2.0.0", "py310")
-        newest = versions.training_combinations()[-1].as_tuple()
+        newest = versions.sdk_training_combinations()[-1].as_tuple()  # ddp: the newest image the SDK knows
         assert versions.default_versions("ddp") == newest
         assert newest[1] in versions.torch_distributed_pytorch_versions()
+        # fsdp: the newest of all, the image beyond the SDK's tables (the Trainer's FSDP settings improve with each)
+        assert versions.default_versions("fsdp") == versions.training_combinations()[-1].as_tuple() == (
+            "5.3.0", "2.9.0", "py312")
 
     def test_read_from_the_installed_sdk(self) -> None:
         assert versions.sdk_folder() is not None

@@ -225,7 +225,7 @@ def test_max_wait_exceeded_relaunches_after_the_backoff_from_the_same_checkpoint
     world.watcher.poll_once()
     waiting = world.store.get_lineage(lineage.id)
     assert waiting.status is LineageStatus.RELAUNCHING
-    assert (waiting.next_instance_type, waiting.next_spot) == ("ml.g6.xlarge", True)
+    assert (waiting.next_instance_type, waiting.next_spot) == ("ml.g6e.xlarge", True)
     assert world.store.get_attempt(job).status is AttemptStatus.STOPPED
     world.clock.advance(28)
     world.watcher.poll_once()
@@ -234,15 +234,15 @@ def test_max_wait_exceeded_relaunches_after_the_backoff_from_the_same_checkpoint
     cycle = world.watcher.poll_once()
     assert world.backend.created == [job, f"{lineage.id}-2"]
     plan = world.backend.plans[f"{lineage.id}-2"]
-    assert plan.spec.instance_type == "ml.g6.xlarge" and plan.spec.spot
+    assert plan.spec.instance_type == "ml.g6e.xlarge" and plan.spec.spot
     assert plan.estimator["checkpoint_s3_uri"] == world.backend.plans[job].estimator["checkpoint_s3_uri"]
     assert world.store.get_lineage(lineage.id).status is LineageStatus.RUNNING
     assert world.store.get_lineage(lineage.id).restarts == 1
     [relaunched] = world.notes(events.RELAUNCHED)
-    assert (relaunched["attempt"], relaunched["instance_type"]) == (2, "ml.g6.xlarge")
+    assert (relaunched["attempt"], relaunched["instance_type"]) == (2, "ml.g6e.xlarge")
     assert relaunched["checkpoint_uri"] == lineage.checkpoint_uri
-    assert relaunched["text"].startswith(f"Relaunched as {lineage.id}-2 (attempt 2, ml.g6.xlarge, spot; 1 GPU as planned)")
-    assert ("relaunching from the checkpoints on ml.g6.xlarge (spot; 1 GPU as planned) in 30 s"
+    assert relaunched["text"].startswith(f"Relaunched as {lineage.id}-2 (attempt 2, ml.g6e.xlarge, spot; 1 GPU as planned)")
+    assert ("relaunching from the checkpoints on ml.g6e.xlarge (spot; 1 GPU as planned) in 30 s"
             in world.notes(events.STATE)[-1]["text"])
     assert any(a.startswith(f"relaunched {lineage.id} as") for a in cycle.actions)
 
@@ -257,13 +257,13 @@ def test_capacity_errors_go_round_the_fallbacks_until_the_restart_cap_then_give_
     assert world.backend.created == [f"{lineage.id}-{n}" for n in range(1, 7)]
     types = [world.backend.plans[name].spec.instance_type for name in world.backend.created]
     # The same GPU count on every family, then from the top again: capacity is often back in minutes.
-    assert types == ["ml.p3.2xlarge", "ml.g6.xlarge", "ml.g5.xlarge", "ml.g4dn.xlarge", "ml.p3.2xlarge", "ml.g6.xlarge"]
+    assert types == ["ml.p3.2xlarge", "ml.g6e.xlarge", "ml.g6.xlarge", "ml.g5.xlarge", "ml.g4dn.xlarge", "ml.p3.2xlarge"]
     ended = world.store.get_lineage(lineage.id)
     assert ended.status is LineageStatus.GAVE_UP
     [gave_up] = world.notes(events.GAVE_UP)
     assert gave_up["reason"].endswith(
-        "the restart cap of 5 relaunches is reached (tried ml.p3.2xlarge (spot) 2 times, ml.g6.xlarge (spot) "
-        "2 times, ml.g5.xlarge (spot), ml.g4dn.xlarge (spot))")
+        "the restart cap of 5 relaunches is reached (tried ml.p3.2xlarge (spot) 2 times, ml.g6e.xlarge (spot), "
+        "ml.g6.xlarge (spot), ml.g5.xlarge (spot), ml.g4dn.xlarge (spot))")
     world.watcher.poll_once()
     assert len(world.backend.created) == 6 and world.kinds().count(events.GAVE_UP) == 1
 
@@ -272,10 +272,10 @@ def test_on_demand_is_tried_last_when_the_spec_allows_it(at_once: World) -> None
     world = at_once
     lineage = world.launch("distilbert-spot on_demand_fallback=yes")
     world.watcher.poll_once()
-    for number in (1, 2, 3, 4):  # p3.2xlarge, then the 1-GPU g6, g5 and g4dn, all spot
+    for number in (1, 2, 3, 4, 5):  # p3.2xlarge, then the 1-GPU g6e, g6, g5 and g4dn, all spot
         world.move(f"{lineage.id}-{number}", RemoteStatus.STOPPED, "MaxWaitTimeExceeded")
         world.watcher.poll_once()
-    last = world.backend.plans[f"{lineage.id}-5"].spec
+    last = world.backend.plans[f"{lineage.id}-6"].spec
     assert (last.instance_type, last.spot, last.max_wait) == ("ml.p3.2xlarge", False, None)
 
 
@@ -295,12 +295,12 @@ def test_a_refused_relaunch_moves_on_to_the_next_type(at_once: World) -> None:
     world = at_once
     lineage = world.launch()
     world.watcher.poll_once()
-    world.backend.fail_launch(CapacityError("No capacity for ml.g6.xlarge."), job_name=f"{lineage.id}-2")
+    world.backend.fail_launch(CapacityError("No capacity for ml.g6e.xlarge."), job_name=f"{lineage.id}-2")
     world.move(f"{lineage.id}-1", RemoteStatus.FAILED, failure_reason=CAPACITY)
     world.watcher.poll_once()
     assert world.backend.created == [f"{lineage.id}-1", f"{lineage.id}-3"]
     assert world.store.get_attempt(f"{lineage.id}-2").status is AttemptStatus.LAUNCH_FAILED
-    assert world.backend.plans[f"{lineage.id}-3"].spec.instance_type == "ml.g5.xlarge"
+    assert world.backend.plans[f"{lineage.id}-3"].spec.instance_type == "ml.g6.xlarge"
     assert world.store.get_lineage(lineage.id).status is LineageStatus.RUNNING
 
 
@@ -514,7 +514,7 @@ def test_a_relaunch_refused_for_an_outage_retries_the_same_type_and_a_bad_reques
     world.move(f"{lineage.id}-1", RemoteStatus.FAILED, failure_reason=CAPACITY)
     world.watcher.poll_once()
     attempts = world.store.get_lineage(lineage.id).attempts
-    assert [a.instance_type for a in attempts[1:]] == ["ml.g6.xlarge", "ml.g6.xlarge"]
+    assert [a.instance_type for a in attempts[1:]] == ["ml.g6e.xlarge", "ml.g6e.xlarge"]
     assert world.backend.created == [f"{lineage.id}-1"]
     assert world.store.get_lineage(lineage.id).status is LineageStatus.FAILED
     assert "may not pass" in world.notes(events.FAILED)[0]["reason"]

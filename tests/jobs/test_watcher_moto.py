@@ -97,7 +97,7 @@ def test_spot_recovery_through_interruption_max_wait_capacity_and_a_code_failure
     assert request["CheckpointConfig"]["S3Uri"] == rig.created.by_name(first)["CheckpointConfig"]["S3Uri"]
     assert request["CheckpointConfig"]["S3Uri"] == lineage.checkpoint_uri
     assert request["EnableManagedSpotTraining"] is True
-    assert request["ResourceConfig"]["InstanceType"] == "ml.g6.xlarge"  # one GPU, as planned
+    assert request["ResourceConfig"]["InstanceType"] == "ml.g6e.xlarge"  # one GPU, as planned
     assert rig.store.get_attempt(first).status is AttemptStatus.STOPPED
     assert rig.store.get_attempt(first).billable_seconds == 120
 
@@ -111,7 +111,7 @@ def test_spot_recovery_through_interruption_max_wait_capacity_and_a_code_failure
     set_training_job_state(second, "Failed", failure_reason="CapacityError: Unable to provision requested ML compute capacity.")
     rig.cycle()
     third = f"{lineage.id}-3"
-    assert rig.created.by_name(third)["ResourceConfig"]["InstanceType"] == "ml.g5.xlarge"
+    assert rig.created.by_name(third)["ResourceConfig"]["InstanceType"] == "ml.g6.xlarge"
     assert rig.created.by_name(third)["CheckpointConfig"]["S3Uri"] == lineage.checkpoint_uri
 
     set_training_job_state(third, "InProgress", "Training")

@@ -52,6 +52,18 @@ def image_runtime() -> Runtime:
     return runtime
 
 
+#: The image the LLM script runs on (TRL and PEFT): the newest, beyond the SDK's tables.
+LLM_IMAGE = ("5.3.0", "2.9.0", "py312")
+
+
+@pytest.fixture(scope="session")
+def llm_runtime() -> Runtime:
+    """The product's runtime of the newest image (transformers 5.3, TRL, PEFT), built once and kept."""
+    image = image_packages(*LLM_IMAGE)
+    assert image is not None, "jobs/planning/data/training_images.json lost the 5.3.0 image"
+    return ImageRuntimes(CACHE_HOME).ensure(image)
+
+
 def link_runtimes(home: Path) -> None:
     """Point ``home/runtimes`` at the session's kept runtimes, so a local backend there finds them built."""
     home.mkdir(parents=True, exist_ok=True)

@@ -140,7 +140,7 @@ def test_metric_lines_match_the_plans_definitions() -> None:
     import re
 
     logs = {name: value for name, value in zip(metrics_log.METRIC_NAMES, [0.69, 5e-05, 1, 0.0, -1.5, 100.0, 99.5,
-                                                                      0.5, 1e-12, 12.3, 4000.25], strict=True)}
+                                                                      0.5, 1e-12, 12.3, 4000.25, 2.5e5], strict=True)}
     lines = metrics_log.metric_lines(logs, step=10)
     assert len(lines) == len(metrics_log.METRIC_NAMES)
     for line in lines:

@@ -14,7 +14,10 @@ does not load or answer leaves the old one serving and the state file says why (
 ``error``). Every answer carries the config that gave it (``X-Trainbot-Config``).
 
 `Predictor` is the in-process model: question answering (transformers 5 has no question-answering
-pipeline, so the span search is done here, as the old pipeline did it) or a text-classification pipeline.
+pipeline, so the span search is done here, as the old pipeline did it), a text-classification pipeline, or
+text generation (a fine-tuned causal LM, its adapter merged in), answering as TGI does on SageMaker: a chat
+(``{"messages": [...], "max_tokens": N}``, rendered with the model's chat template) with a chat completion, a raw
+prompt (``{"inputs": ..., "parameters": {"max_new_tokens": N}}``) with its continuation.
 torch and transformers are imported only inside it: the bot itself never loads them.
 """
 
@@ -41,6 +44,8 @@ STRIDE = 128  # overlap of context windows
 MAX_ANSWER_TOKENS = 30
 MAX_BODY = 1_000_000
 IDLE_CONNECTION_SECONDS = 300
+MAX_NEW_TOKENS = 64  # text generation, unless the request's parameters say (up to MAX_NEW_TOKENS_LIMIT)
+MAX_NEW_TOKENS_LIMIT = 512
 
 
 class Predictor:
@@ -50,12 +55,18 @@ class Predictor:
         self.task = task
         if task == "question-answering":
             self._answer = _QuestionAnswerer(model_dir)
+        elif task == "text-generation":
+            from transformers import pipeline
+
+            self._generate = pipeline("text-generation", model=str(model_dir), tokenizer=str(model_dir))
         else:
             from transformers import pipeline
 
             self._classify = pipeline("text-classification", model=str(model_dir), tokenizer=str(model_dir))
 
-    def __call__(self, inputs: Any) -> Any:
+    def __call__(self, inputs: Any, parameters: Any = None) -> Any:
+        if self.task == "text-generation":
+            return self._text(inputs, parameters if isinstance(parameters, dict) else {})
         if self.task == "question-answering":
             if not isinstance(inputs, dict) or not inputs.get("question") or not inputs.get("context"):
                 raise ValueError('question answering takes {"inputs": {"question": ..., "context": ...}}')
@@ -64,6 +75,24 @@ class Predictor:
             raise ValueError('text classification takes {"inputs": "some text"}')
         result = self._classify(inputs)
         return [{"label": r["label"], "score": float(r["score"])} for r in result]
+
+    def _text(self, prompt: Any, parameters: dict[str, Any]) -> Any:
+        """TGI's answers, greedy: a chat (a list of messages) gets a chat completion, a prompt its continuation."""
+        wanted = parameters.get("max_new_tokens", parameters.get("max_tokens", MAX_NEW_TOKENS))
+        if not isinstance(wanted, int) or isinstance(wanted, bool) or not 1 <= wanted <= MAX_NEW_TOKENS_LIMIT:
+            raise ValueError(f"max_tokens takes a whole number of 1 to {MAX_NEW_TOKENS_LIMIT}")
+        if isinstance(prompt, list):
+            if not all(isinstance(m, dict) and isinstance(m.get("content"), str) for m in prompt):
+                raise ValueError('a chat takes {"messages": [{"role": "user", "content": "..."}]}')
+            chat = self._generate([{"role": str(m.get("role", "user")), "content": m["content"]} for m in prompt],
+                                  max_new_tokens=wanted, do_sample=False)
+            reply = chat[0]["generated_text"][-1]
+            return {"choices": [{"index": 0, "message": {"role": "assistant", "content": str(reply["content"])},
+                                 "finish_reason": "stop"}]}
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError('text generation takes {"inputs": "a prompt"} or {"messages": [...]}')
+        out = self._generate(prompt, max_new_tokens=wanted, do_sample=False, return_full_text=False)
+        return [{"generated_text": str(out[0]["generated_text"])}]
 
 
 class _QuestionAnswerer:
@@ -118,6 +147,7 @@ def _best_span(start_logits: Any, end_logits: Any, in_context: Any, offsets: Any
 _WARM_UP: dict[str, Any] = {
     "question-answering": {"question": "What is it?", "context": "It is a test."},
     "text-classification": "a test",
+    "text-generation": "a test",
 }
 
 
@@ -154,8 +184,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         serving = self.server.serving  # taken once: a swap from here on does not touch this request
         try:
-            inputs = json.loads(self.rfile.read(length))["inputs"]
-            answer = self.server.model_thread.submit(serving.predictor, inputs).result()
+            body = json.loads(self.rfile.read(length))
+            if "messages" in body:  # TGI's chat completion on /invocations
+                inputs, parameters = body["messages"], {k: body[k] for k in ("max_tokens",) if k in body}
+            else:
+                inputs, parameters = body["inputs"], body.get("parameters")
+            answer = self.server.model_thread.submit(serving.predictor, inputs, parameters).result()
         except (ValueError, KeyError, TypeError) as exc:
             self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc) or type(exc).__name__}, config=serving.config)
             return
@@ -229,7 +263,7 @@ class _Server(ThreadingHTTPServer):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--task", required=True, choices=("question-answering", "text-classification"))
+    parser.add_argument("--task", required=True, choices=("question-answering", "text-classification", "text-generation"))
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--config", default="initial", help="the name of the config it serves first")
     parser.add_argument("--serving", type=Path, default=None, help="read on SIGHUP: the model to swap to")

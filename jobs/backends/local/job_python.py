@@ -1,8 +1,9 @@
 """Which Python a local job runs on, and what its command and environment are.
 
-The bot's own scripts run on the bot's interpreter; a team's own script runs on the image runtime of the
-training image its spec names (runtime.py), with what that image's torch behaved like and, offline, the tiny
-BERT saved by that runtime's transformers. The job itself runs on its own environment layered on that
+The bot's own scripts run on the bot's interpreter, except the LLM script (text-generation), which needs the
+image's TRL and PEFT; it and a team's own script run on the image runtime of the training image the spec names
+(runtime.py), with what that image's torch behaved like and, offline, the tiny BERT (or the tiny causal LM and
+generated chats) saved by that runtime's transformers. The job itself runs on its own environment layered on that
 interpreter (interpreter.py: what requirements.txt installs goes there), and the sandbox mounts the
 interpreter's environment read-only.
 """
@@ -16,16 +17,19 @@ from typing import TYPE_CHECKING, Any
 from jobs.backends.local import container as local_container
 from jobs.backends.local.environment import base_environment
 from jobs.backends.local.offline_assets import LocalAssets, ensure_local_assets
+from jobs.backends.local.offline_chat import ChatAssets
 from jobs.backends.local.runtime import (
     ImageRuntimes,
     Runtime,
     ensure_runtime_assets,
+    ensure_runtime_chat_assets,
     image_of,
     missing_runtime,
 )
 from jobs.backends.local.scaling import LocalLimits, LocalRun, script_arguments
 from jobs.backends.local.state import JobFolder
 from jobs.planning import own_code
+from jobs.planning.spec import LLM_TASK, JobSpec
 
 if TYPE_CHECKING:
     from jobs.planning.plan import LaunchPlan
@@ -40,18 +44,22 @@ class JobPython:
 
     @classmethod
     def of(cls, plan: LaunchPlan, runtimes: ImageRuntimes, bot_python: str) -> JobPython:
-        """A team's own script: its image's runtime (built on first use); the bot's scripts: the bot's Python."""
-        if not plan.spec.own_code:
+        """A team's own script and the LLM script: the image's runtime (built on first use); the bot's other
+        scripts: the bot's Python."""
+        if not runs_on_image_runtime(plan.spec):
             return cls(bot_python)
         runtime = runtimes.for_spec(plan.spec)
         return cls(str(runtime.python), runtime)
 
-    def assets(self, plan: LaunchPlan, runtimes: ImageRuntimes, home: Path, *, offline: bool) -> LocalAssets | None:
+    def assets(self, plan: LaunchPlan, runtimes: ImageRuntimes, home: Path, *,
+               offline: bool) -> LocalAssets | ChatAssets | None:
         """The offline model and data this job is given, saved by the transformers it runs on."""
         if not offline:
             return None
         if self.runtime is None:  # the tiny model is needed even when the data is the person's own folder
             return ensure_local_assets(home)
+        if plan.spec.task == LLM_TASK and not plan.spec.own_code:
+            return ensure_runtime_chat_assets(runtimes, self.runtime)
         if "model_name_or_path" in (plan.estimator.get("hyperparameters") or {}):
             return ensure_runtime_assets(runtimes, self.runtime)
         return None  # a team's script that names its own model gets none of ours
@@ -89,6 +97,21 @@ class JobPython:
         )
         argv = local_container.direct_command(python, folder, entry, script_arguments(hps), run.processes)
         return argv, env
+
+
+def runs_on_image_runtime(spec: JobSpec) -> bool:
+    """A team's script (as it would in the image), and the bot's LLM script (TRL and PEFT are the image's; the
+    bot itself does not install them)."""
+    return spec.own_code or spec.task == LLM_TASK
+
+
+def runtime_note(plan: LaunchPlan, run: LocalRun, runtimes: ImageRuntimes) -> str:
+    """The plan card's local line for the LLM script: the scaled run and the image runtime it runs on."""
+    image = image_of(plan.spec)
+    if image is None:
+        return f"{run.note()}; ⚠ {missing_runtime(plan.spec)}"
+    built = "" if runtimes.is_built(image) else " (built on the first launch, a few minutes, then kept)"
+    return f"{run.note()}; {image.label()}{built}"
 
 
 def own_code_note(plan: LaunchPlan, run: LocalRun, runtimes: ImageRuntimes) -> str:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jobs.backends.local.offline_assets import LocalAssets, ensure_local_assets
+from jobs.backends.local.offline_chat import ChatAssets, ensure_chat_assets
 from jobs.errors import BackendError, BadInput
 from jobs.file_lock import exclusive_lock
 from jobs.planning.images import ImagePackages, cpu_torch, image_packages, known_listing, toolkit_requirements
@@ -86,12 +87,14 @@ class ImageRuntimes:
                     self._build(folder, image)
         return Runtime(image, folder / "bin" / "python")
 
-    def assets(self, runtime: Runtime) -> Path:
+    def assets(self, runtime: Runtime, builder: str = "offline_assets:ensure_local_assets") -> Path:
         """The home of the offline tiny BERT and generated data built with the runtime's own transformers (a tokenizer
-        saved by transformers 5 names a class 4.x does not have); once per runtime."""
+        saved by transformers 5 names a class 4.x does not have); once per runtime. ``builder``: the module of
+        jobs.backends.local and its ``ensure_*`` function (the chat assets: offline_chat:ensure_chat_assets)."""
         home = runtime.prefix / "trainbot-assets"
-        script = ("import sys; from pathlib import Path; from jobs.backends.local.offline_assets import "
-                  "ensure_local_assets; print(ensure_local_assets(Path(sys.argv[1])).root)")
+        module, _, function = builder.partition(":")
+        script = (f"import sys; from pathlib import Path; from jobs.backends.local.{module} import "
+                  f"{function}; print({function}(Path(sys.argv[1])).root)")
         env = {"PATH": os.environ.get("PATH", os.defpath), "HOME": os.environ.get("HOME", str(Path.home())),
                "PYTHONPATH": str(_SOURCE_ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
         self._call([str(runtime.python), "-c", script, str(home)], env=env, timeout=ASSETS_TIMEOUT_S,
@@ -151,6 +154,11 @@ def missing_runtime(spec: JobSpec) -> str:
 def ensure_runtime_assets(runtimes: ImageRuntimes, runtime: Runtime) -> LocalAssets:
     """The offline assets of ``runtime`` (built by it once), as the local backend's layout."""
     return ensure_local_assets(runtimes.assets(runtime))
+
+
+def ensure_runtime_chat_assets(runtimes: ImageRuntimes, runtime: Runtime) -> ChatAssets:
+    """The tiny causal LM and generated chats of ``runtime`` (built by its transformers once)."""
+    return ensure_chat_assets(runtimes.assets(runtime, "offline_chat:ensure_chat_assets"))
 
 
 def _wanted(image: ImagePackages) -> list[str]:

@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.backends.local.offline_assets import LocalAssets
+from jobs.backends.local.offline_chat import ChatAssets
 from jobs.errors import BadInput
 from jobs.planning import cadence
 from jobs.planning.batch import ACCUMULATION, BOTH, PER_DEVICE, BatchNotKept, BatchSettings, keep_global_batch
 from jobs.planning.forecast import ForecastTarget, Hardware
+from jobs.planning.fsdp import FSDP_KEYS
 from jobs.planning.prices import hourly_usd
 from jobs.planning.workload import ModelShape, workload_of
 
@@ -32,9 +34,11 @@ if TYPE_CHECKING:
     from jobs.planning.plan import LaunchPlan
 
 _TRUE_WORDS = ("1", "true", "yes", "on")
-_DISTRIBUTED = ("data", "ddp", "model")
+_DISTRIBUTED = ("data", "ddp", "fsdp", "model")
+_TEXT_GENERATION = "text-generation"
 #: Placeholder shown before the assets exist (a plan card must not build them).
 _TINY_MODEL_PLACEHOLDER = Path("tiny-bert")
+_TINY_LM_PLACEHOLDER = Path("tiny-causal-lm")
 #: The offline model's shape (offline_assets.build_tiny_bert's defaults).
 TINY_MODEL = ModelShape(layers=2, hidden=64)
 #: What one local training process does on a CPU, effective (measured on the 2-core CI machine: tiny
@@ -61,6 +65,8 @@ class LocalLimits:
     eval_samples: int = 100  # offline: generated examples evaluated on
     # A randomly initialised tiny BERT learns nothing in 60 steps at the usual 5e-5.
     tiny_model_learning_rate: float = 2e-3
+    # A LoRA adapter on the random tiny causal LM: a 7B model's 2e-4 would leave its loss where it started.
+    tiny_lm_learning_rate: float = 1e-2
     # The tiny model learns the generated tasks within 60 steps only with batches this large (at 8 or 16
     # it stays at chance on 200 examples); on the CPU a batch of 32 tiny examples costs milliseconds.
     tiny_model_batch_size: int = 32
@@ -118,7 +124,7 @@ def is_offline(offline: bool | None) -> bool:
 
 
 def scale_plan(
-    plan: LaunchPlan, *, offline: bool, limits: LocalLimits, assets: LocalAssets | None = None
+    plan: LaunchPlan, *, offline: bool, limits: LocalLimits, assets: LocalAssets | ChatAssets | None = None
 ) -> LocalRun:
     """The local version of `plan`. `assets` gives the tiny model and generated data (offline);
     without them (a plan card) only the note is meaningful."""
@@ -131,12 +137,20 @@ def scale_plan(
     planned, notes = _processes(spec.distribution, spec.instance_count, limits)
     processes = _attempt_processes(plan, planned, limits, notes)
     if _half_precision(hps):
-        notes.append("fp16 off on the CPU")
+        notes.append(f"{'fp16' if _is_true(hps.get('fp16')) else 'bf16'} off on the CPU")
         hps.update({key: False for key in ("fp16", "bf16") if key in hps})
+    if spec.distribution == "fsdp":  # the Trainer's FSDP shards over GPUs; on the CPU the processes run DDP
+        for key in FSDP_KEYS:
+            hps.pop(key, None)
     train, test, data_label, data_notes = _data(spec, offline, limits, assets, hps)
     notes.extend(data_notes)
     approved = plan.approved_batch
-    if offline:
+    if offline and spec.task == _TEXT_GENERATION:
+        hps["model_name_or_path"] = str(assets.model_dir if assets else _TINY_LM_PLACEHOLDER)
+        hps["learning_rate"] = limits.tiny_lm_learning_rate  # the plan's is for the real model's size
+        per_device = limits.tiny_model_batch_size
+        model_label = "tiny causal LM with a LoRA adapter" if hps.get("use_lora", True) else "tiny causal LM"
+    elif offline:
         model_dir = assets.model_dir if assets else _TINY_MODEL_PLACEHOLDER
         hps["model_name_or_path"] = str(model_dir)
         hps.setdefault("learning_rate", limits.tiny_model_learning_rate)
@@ -184,7 +198,8 @@ def _keep_local_batch(
         hps[ACCUMULATION] = kept.accumulation
 
 
-def _own_code_run(plan: LaunchPlan, *, offline: bool, limits: LocalLimits, assets: LocalAssets | None) -> LocalRun:
+def _own_code_run(plan: LaunchPlan, *, offline: bool, limits: LocalLimits,
+                  assets: LocalAssets | ChatAssets | None) -> LocalRun:
     """A team's own script gets its arguments as planned: nothing is added (it may not take our keys), the sizes
     it was given are capped, and offline its model= is the tiny BERT; half precision is warned of, not rewritten."""
     spec = plan.spec
@@ -306,11 +321,13 @@ def _processes(distribution: str, instance_count: int, limits: LocalLimits) -> t
     if distribution in ("data", "model"):  # smdistributed needs GPUs and MPI: torchrun over gloo instead
         kind = "data" if distribution == "data" else "model"
         notes.append(f"smdistributed {kind} parallel runs as torchrun DDP (gloo)")
+    if distribution == "fsdp":
+        notes.append("FSDP runs as torchrun DDP (gloo) on the CPU")
     return processes, notes
 
 
 def _data(
-    spec: Any, offline: bool, limits: LocalLimits, assets: LocalAssets | None, hps: dict[str, Any]
+    spec: Any, offline: bool, limits: LocalLimits, assets: LocalAssets | ChatAssets | None, hps: dict[str, Any]
 ) -> tuple[Path | None, Path | None, str, list[str]]:
     """(train channel, test channel, label, notes). A local train_data folder always wins."""
     own = _local_folder(spec.train_data)
@@ -326,10 +343,13 @@ def _data(
     _cap(hps, "max_eval_samples", limits.eval_samples)
     kind, notes = _generated_kind(spec.dataset, spec.task)
     channels: tuple[Path | None, Path | None] = assets.channels_for(kind) if assets else (None, None)
-    return *channels, f"{hps['max_train_samples']} generated examples", notes
+    what = "generated chats" if kind == "chat" else "generated examples"
+    return *channels, f"{hps['max_train_samples']} {what}", notes
 
 
 def _generated_kind(dataset: str, task: str) -> tuple[str, list[str]]:
+    if task == _TEXT_GENERATION:
+        return "chat", [f"generated chats stand in for {dataset}"]
     name = dataset.lower()
     for kind in ("squad", "mnli", "imdb"):
         if kind in name or (kind == "mnli" and "glue" in name) or (kind == "imdb" and "sst" in name):

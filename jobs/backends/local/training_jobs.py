@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.backends.archives import ArchiveLimits
 from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, RunnableSource, S3Tarballs
+from jobs.backends.hub_token import TOKEN_ENV, HubTokenSecret
 from jobs.backends.local import container as local_container
 from jobs.backends.local import state as local_state
 from jobs.backends.local import status as local_status
@@ -33,7 +34,7 @@ from jobs.backends.local.code import (
     save_metric_definitions,
 )
 from jobs.backends.local.interpreter import Interpreter, layered_environment
-from jobs.backends.local.job_python import JobPython, own_code_note
+from jobs.backends.local.job_python import JobPython, own_code_note, runs_on_image_runtime, runtime_note
 from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
 from jobs.backends.local.runtime import ImageRuntimes
 from jobs.backends.local.sandbox import Sandbox, job_mounts, sandbox_environment
@@ -86,6 +87,7 @@ class LocalBackend:
         own_code_unsandboxed: bool = False,
         code_limits: ArchiveLimits | None = None,
         data_roots: Sequence[Path] = (),
+        hub_token_arn: str = "",
     ) -> None:
         self._home = Path(home).resolve()  # job processes run elsewhere: every path they get is absolute
         self._jobs_root = self._home / "local-jobs"
@@ -107,6 +109,8 @@ class LocalBackend:
         self._code_limits = code_limits
         # A team's own script runs on its training image's packages, not the bot's (runtime.py).
         self._runtimes = runtimes or ImageRuntimes(self._home)
+        # A gated model's token: read at each launch, into the job process's environment only (hub_token.py).
+        self._hub_token = HubTokenSecret.configured(hub_token_arn, _secrets_client)
 
     # ------------------------------------------------------------------ the port
 
@@ -189,6 +193,8 @@ class LocalBackend:
         isolation = self._sandbox.describe(network=not run.offline)
         if plan.spec.own_code:
             return f"{own_code_note(plan, run, self._runtimes)}; {isolation}"
+        if runs_on_image_runtime(plan.spec):  # the LLM script: TRL and PEFT are the image's
+            return f"{runtime_note(plan, run, self._runtimes)}; {isolation}"
         return f"{run.note()}; {local_container.RUNNER_LABELS[self._runner_kind(self._python)]}; {isolation}"
 
     def own_code_refusal(self) -> str | None:
@@ -299,6 +305,8 @@ class LocalBackend:
             "OMP_NUM_THREADS"))
         argv, env = job_python.command(kind, folder, run, hps, channels, entry, threads=threads, python=python)
         env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
+        if self._hub_token is not None:  # the process's environment only: never the state, the note or the log
+            env[TOKEN_ENV] = self._hub_token.token()
         if isolated:
             data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots]
             mounts = job_mounts(folder, interpreter, checkpoints=checkpoints, data=data, home=self._home,
@@ -449,6 +457,13 @@ class LocalBackend:
             spare = (("/train",) if state.runner == local_container.TOOLKIT else ()) + (
                 ("bwrap",) if state.isolation == "bwrap" else ())
         self._runner.signal_group(state.pid, sig, spare=spare)
+
+
+def _secrets_client(region: str) -> Any:
+    # The standard AWS chain (AWS_ENDPOINT_URL included), as for an s3:// tarball.
+    from jobs.backends.aws_session import make_boto_session
+
+    return make_boto_session(region).client("secretsmanager")
 
 
 def _s3_client() -> Any:

@@ -1,6 +1,8 @@
 """SageMaker hosting for `jobs.endpoints.port.EndpointBackend`: the SDK's `HuggingFaceModel` deployed with
 `wait=False` (real-time instances or serverless inference), read back and removed with plain boto3 calls,
-asked through sagemaker-runtime with the Hugging Face inference toolkit's JSON (``{"inputs": ...}``).
+asked through sagemaker-runtime with the Hugging Face inference toolkit's JSON (``{"inputs": ...}``). A fine-tuned
+causal LM runs on the SDK's Text Generation Inference image (``get_huggingface_llm_image_uri``), which loads the
+merged model from the job's model.tar.gz (``HF_MODEL_ID=/opt/ml/model``) on every GPU of the instance.
 
 Sessions, retries, timeouts and error translation are the SageMaker training backend's own
 (`session`, `errors`), so both back ends behave the same way when AWS misbehaves.
@@ -27,9 +29,11 @@ from jobs.backends.sagemaker.endpoint_updates import (
     update_endpoint_arguments,
 )
 from jobs.backends.sagemaker.errors import AwsContext, aws_errors, error_code, error_message, is_not_found
+from jobs.backends.sagemaker.hosted_models import deploy_arguments, model_arguments, runs_on_gpu
 from jobs.backends.sagemaker.session import build_sdk_session, quiet_sdk_import, remember_valid_configs
 from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint, UpdateRequest
 from jobs.errors import BackendError, ConfigError, NotFound
+from jobs.planning import images
 from jobs.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -121,11 +125,33 @@ class SageMakerEndpoints:
         from sagemaker.huggingface import HuggingFaceModel  # imported on first deploy: about a second
 
         remember_valid_configs()
+        if request.framework is not None and request.framework.text_generation:
+            return HuggingFaceModel(**model_arguments(request, role=self._role_arn),
+                                    image_uri=self._tgi_image_uri(request.framework.version),
+                                    sagemaker_session=self._session())
+        if request.framework is not None and request.framework.by_uri:  # newer than the SDK's tables
+            image = images.inference_image(request.framework.transformers, request.framework.pytorch)
+            if image is None:
+                raise BackendError(f"No inference image is listed for {request.framework.label()}; this is a bug.")
+            return HuggingFaceModel(**model_arguments(request, role=self._role_arn),
+                                    image_uri=image.image_uri(self.region, gpu=runs_on_gpu(request)),
+                                    sagemaker_session=self._session())
         model = HuggingFaceModel(
             **model_arguments(request, role=self._role_arn), sagemaker_session=self._session()
         )
         model.image_uri = self._image_uri(model, request)
         return model
+
+    def _tgi_image_uri(self, version: str) -> str:
+        """The SDK's TGI image of ``version`` in this region, remembered."""
+        key = ("tgi", version)
+        session = self._session()
+        with self._sdk_lock:
+            if key not in self._images:
+                from sagemaker.huggingface import get_huggingface_llm_image_uri
+
+                self._images[key] = str(get_huggingface_llm_image_uri("huggingface", session=session, version=version))
+            return self._images[key]
 
     def _image_uri(self, model: Any, request: DeployRequest) -> str:
         """The SDK's own choice of inference image, remembered: reading its image tables takes a second."""
@@ -302,39 +328,6 @@ class SageMakerEndpoints:
         return AwsContext(
             action=action, endpoint=endpoint_of(self._sm), role_arn=self._role_arn, bucket=self._bucket
         )
-
-
-def model_arguments(request: DeployRequest, *, role: str) -> dict[str, Any]:
-    """HuggingFaceModel's arguments: the job's model.tar.gz, the inference image's versions, the task."""
-    arguments: dict[str, Any] = {
-        "model_data": request.model_data,
-        "role": role,
-        "name": request.model_name,
-        "env": {"HF_TASK": request.task},
-    }
-    if request.framework is None:
-        raise BackendError(f"No inference framework was chosen for {request.name}; this is a bug in the bot.")
-    arguments.update(
-        transformers_version=request.framework.transformers,
-        pytorch_version=request.framework.pytorch,
-        py_version=request.framework.py,
-    )
-    return arguments
-
-
-def deploy_arguments(request: DeployRequest) -> dict[str, Any]:
-    """HuggingFaceModel.deploy's arguments; never waits for the endpoint. The SDK puts the tags on the model,
-    the endpoint config and the endpoint it makes."""
-    arguments: dict[str, Any] = {"endpoint_name": request.name, "wait": False, "tags": endpoint_tags(request.name)}
-    if request.serverless:
-        from sagemaker.serverless import ServerlessInferenceConfig
-
-        arguments["serverless_inference_config"] = ServerlessInferenceConfig(
-            memory_size_in_mb=request.memory_mb, max_concurrency=request.max_concurrency
-        )
-    else:
-        arguments.update(initial_instance_count=request.instance_count, instance_type=request.instance_type)
-    return arguments
 
 
 def _already_updating_to(exc: ClientError, found: dict[str, Any] | None, config: str) -> bool:

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 
 MARKER = "trainbot lineage {lineage}:"  # starts every package's description: how a retry finds it
 METRICS_FILE = "registry/model-quality.json"
-_TASKS = {"text-classification": "CLASSIFICATION"}  # SageMaker's Task words; anything else is OTHER
+_TASKS = {"text-classification": "CLASSIFICATION", "text-generation": "TEXT_GENERATION"}  # SageMaker's words; else OTHER
 _MAX_PROPERTIES = 50
 _MAX_VALUE = 256
 #: What CustomerMetadataProperties keys and values may hold (letters, spaces, digits, _.:/=+-@); anything else

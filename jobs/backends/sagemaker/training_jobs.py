@@ -24,6 +24,7 @@ from botocore.exceptions import ClientError
 from jobs.backends.archives import ArchiveLimits
 from jobs.backends.aws_session import MAX_ATTEMPTS, client_config, endpoint_of, make_boto_session
 from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, S3Tarballs
+from jobs.backends.hub_token import HubTokenSecret
 from jobs.backends.sagemaker.errors import (
     AwsContext,
     aws_errors,
@@ -38,6 +39,7 @@ from jobs.backends.sagemaker.records import aware_utc, job_summary, remote_job
 from jobs.backends.sagemaker.session import build_sdk_session, huggingface_estimator
 from jobs.clock import Clock
 from jobs.errors import ConfigError, SpecError
+from jobs.planning import versions
 from jobs.planning.hyperparameters import check_launch_hyperparameters
 from jobs.planning.own_code import without_bot_arguments
 from jobs.records import (
@@ -86,6 +88,7 @@ class SageMakerBackend:
         max_attempts: int = MAX_ATTEMPTS,
         code_home: Path | None = None,
         code_limits: ArchiveLimits | None = None,
+        hub_token_arn: str = "",
     ) -> None:
         if not role_arn:
             raise ConfigError("No SageMaker execution role is set: set TRAINBOT_ROLE_ARN to the role's ARN.")
@@ -105,6 +108,9 @@ class SageMakerBackend:
         self._logs = boto_session.client("logs", region_name=self.region, config=self._config)
         self._cw = boto_session.client("cloudwatch", region_name=self.region, config=self._config)
         self._progress = ProgressReader(self._cw, clock)
+        # A gated model's token: the job gets the secret's ARN and reads it with its own role (hub_token.py).
+        self._hub_token = HubTokenSecret.configured(
+            hub_token_arn, lambda where: boto_session.client("secretsmanager", region_name=where, config=self._config))
         self._sdk_session: Any = None
         self._sdk_lock = threading.Lock()
         self._bucket_seen_until: datetime | None = None
@@ -127,6 +133,7 @@ class SageMakerBackend:
             region=region,
             code_home=settings.trainbot_home,
             code_limits=ArchiveLimits(max_bytes=settings.trainbot_code_max_bytes),
+            hub_token_arn=settings.trainbot_hf_token_secret_arn,
         )
 
     # -- launching ---------------------------------------------------------------------------------
@@ -139,7 +146,10 @@ class SageMakerBackend:
         ctx = self._ctx(f"launch training job {job_name}", self._sm)
         self._check_bucket(ctx)
         inputs = _input_channels(plan)
-        arguments = self._sdk_arguments(plan.estimator)
+        arguments = self._with_image(self._sdk_arguments(plan.estimator))
+        if self._hub_token is not None:
+            self._hub_token.check_exists()  # a wrong ARN is refused before anything is uploaded
+            arguments["environment"] = {**(arguments.get("environment") or {}), **self._hub_token.environment()}
         with aws_errors(ctx, sdk=True):
             estimator = huggingface_estimator(**arguments, role=self._role_arn, sagemaker_session=self._session())
             try:
@@ -161,6 +171,14 @@ class SageMakerBackend:
         arguments = {k: v for k, v in estimator.items() if k not in ("git_config", "dependencies")}
         arguments.update(source_dir=source.source_dir, entry_point=source.entry_point)
         return arguments
+
+    def _with_image(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """An image beyond the SDK's tables, pulled from this region's registry (the plan may name none)."""
+        if "image_uri" not in arguments:
+            return arguments
+        uri = versions.training_image_uri(str(arguments["transformers_version"]), str(arguments["pytorch_version"]),
+                                          str(arguments["py_version"]), self.region)
+        return {**arguments, "image_uri": uri or arguments["image_uri"]}
 
     def _session(self) -> Any:
         # Built once, on the first launch: importing and setting up the SDK costs about a second.
