@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.backends.archives import ArchiveLimits
 from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, RunnableSource, S3Tarballs
 from jobs.backends.local import container as local_container
+from jobs.backends.local import limits as local_limits
 from jobs.backends.local import state as local_state
 from jobs.backends.local import status as local_status
 from jobs.backends.local.code import (
@@ -33,10 +34,12 @@ from jobs.backends.local.code import (
     save_metric_definitions,
 )
 from jobs.backends.local.interpreter import Interpreter, layered_environment
+from jobs.backends.local.job_files import job_file_exists
 from jobs.backends.local.job_python import JobPython, own_code_note
-from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
+from jobs.backends.local.limits import JobLimits
+from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner, with_wrapper_options
 from jobs.backends.local.runtime import ImageRuntimes
-from jobs.backends.local.sandbox import Sandbox, job_mounts, sandbox_environment
+from jobs.backends.local.sandbox import Sandbox, hand_over, job_mounts, runs_as_root, sandbox_environment
 from jobs.backends.local.scaling import (
     LocalLimits,
     check_own_channels,
@@ -48,6 +51,7 @@ from jobs.backends.local.scaling import (
 from jobs.backends.local.state import JobFolder, JobState
 from jobs.clock import Clock
 from jobs.errors import BackendError, BadInput, ConfigError, InvalidState, NotFound, TrainbotError
+from jobs.home import secure_home
 from jobs.planning.hyperparameters import check_launch_hyperparameters
 from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob, RemoteStatus
@@ -86,8 +90,10 @@ class LocalBackend:
         own_code_unsandboxed: bool = False,
         code_limits: ArchiveLimits | None = None,
         data_roots: Sequence[Path] = (),
+        job_limits: JobLimits | None = None,
     ) -> None:
         self._home = Path(home).resolve()  # job processes run elsewhere: every path they get is absolute
+        secure_home(self._home)
         self._jobs_root = self._home / "local-jobs"
         self._clock = clock
         self._runner = runner or SubprocessRunner()
@@ -99,6 +105,7 @@ class LocalBackend:
         # The console (one person, their own machine) may run own code unsandboxed; serve and the CLI may not.
         self._own_code_unsandboxed = own_code_unsandboxed
         self._data_roots = tuple(data_roots)
+        self._job_limits = job_limits or JobLimits.defaults()
         code_limits = code_limits or ArchiveLimits()
         self._code = CodeMaterializer(
             self._home, GitCodeSources(self._home, limits=code_limits),
@@ -123,6 +130,7 @@ class LocalBackend:
             if folder.exists():  # a retried launch: the job is there, never start a second process
                 logger.info("local job %s exists already; not starting it again", job_name)
                 return
+            self._job_limits.check_room(self._home)  # a full disk is told, never a launch that does nothing
             shutil.rmtree(folder.path, ignore_errors=True)  # leftovers of a launch that died before its state
             try:
                 self._start(folder, plan)
@@ -159,12 +167,12 @@ class LocalBackend:
         self._signal_job(job_name, "capacity_taken_at", SIGKILL)
 
     def log_tail(self, job_name: str, lines: int = 40) -> list[str]:
-        return local_state.tail_lines(self._folder(job_name).log_path, lines)
+        return self._folder(job_name).log_tail(lines)
 
     def host_log_tails(self, job_name: str, lines: int) -> list[tuple[str, list[str]]]:
         """One host here: the job's log file (every local process writes to it), labelled by its path."""
-        path = self._folder(job_name).log_path
-        return [(str(path), local_state.tail_lines(path, lines))]
+        folder = self._folder(job_name)
+        return [(str(folder.log_path), folder.log_tail(lines))]
 
     def metric_series(self, job_name: str) -> MetricSeries:
         folder = self._folder(job_name)
@@ -182,16 +190,20 @@ class LocalBackend:
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
         run = scale_plan(plan, offline=is_offline(self._offline), limits=self._limits)
-        isolation = self._sandbox.describe(network=not run.offline)
+        isolation = f"{self._sandbox.describe(network=not run.offline)}; {self._limits_note()}"
         if plan.spec.own_code:
             return f"{own_code_note(plan, run, self._runtimes)}; {isolation}"
         return f"{run.note()}; {local_container.RUNNER_LABELS[self._runner_kind(self._python)]}; {isolation}"
+
+    def _limits_note(self) -> str:
+        return self._job_limits.describe(local_limits.machine_cgroups()[0])
 
     def own_code_refusal(self) -> str | None:
         """The sentence own code (code=) is refused with here, before anything is recorded: on serve and the
         CLI it runs only sandboxed; None where it may run."""
         try:
-            if self._own_code_unsandboxed or self._sandbox.active():
+            # As root, own code runs only in the sandbox, the console's included: unsandboxed it would run as root.
+            if self._sandbox.active() or (self._own_code_unsandboxed and not runs_as_root()):
                 return None
         except ConfigError as exc:
             return exc.user_message()
@@ -206,7 +218,7 @@ class LocalBackend:
             except NotFound:
                 continue  # its folder is not there yet (launching)
             if line is not None:
-                found[name] = local_state.as_progress(line, self._folder(name).log_path)
+                found[name] = local_state.as_progress(line, self._folder(name))
         return found
 
     def forecast_target(self, plan: LaunchPlan) -> ForecastTarget:
@@ -219,11 +231,16 @@ class LocalBackend:
     def saved_checkpoint(self, job_name: str) -> bool:
         """trainer_state.json is written last into a checkpoint folder: its presence means a whole one."""
         folder = Path(self._folder(job_name).load().checkpoint_dir)
-        return folder.is_dir() and any(folder.glob("checkpoint-*/trainer_state.json"))
+        try:  # the job's own folder: nothing in it is followed (a link to another lineage's checkpoints)
+            names = [e.name for e in os.scandir(folder) if e.name.startswith("checkpoint-") and e.is_dir(
+                follow_symlinks=False)]
+        except OSError:
+            return False
+        return any(job_file_exists(folder, f"{name}/trainer_state.json") for name in names)
 
     def job_progress(self, job_name: str) -> dict[str, float | int] | None:
         """The last `[progress]` line: {"step", "max_steps", "loss", "eta_s"}; None before the first."""
-        return local_state.last_progress(local_state.tail_lines(self._folder(job_name).log_path, 400))
+        return local_state.last_progress(self._folder(job_name).log_tail(400))
 
     def resumed_from_step(self, job_name: str) -> int | None:
         """The checkpoint step this job resumed from, as its log says; None for a fresh start."""
@@ -241,7 +258,7 @@ class LocalBackend:
 
     def _start(self, folder: JobFolder, plan: LaunchPlan) -> None:
         isolated = self._sandbox.active()  # before any code is fetched: a refusal leaves nothing behind
-        if plan.spec.own_code and not isolated and not self._own_code_unsandboxed:
+        if plan.spec.own_code and not isolated and (not self._own_code_unsandboxed or runs_as_root()):
             raise self._sandbox.refuse_own_code()
         offline = is_offline(self._offline)
         # The code first: a refused archive or repository costs no image runtime build (minutes, once).
@@ -284,6 +301,7 @@ class LocalBackend:
             hyperparameters=hps,
             max_run=plan.estimator.get("max_run"),
             transitions=[{"status": "Starting", "start": now.isoformat(), "end": None}],
+            limits=self._job_limits.figures(),
         )
         folder.save(state)  # before the spawn: a crash in between leaves a record, never a stray process
         # The job's own environment, layered on the interpreter it runs on (the bot's, or its image runtime):
@@ -294,15 +312,33 @@ class LocalBackend:
             "OMP_NUM_THREADS"))
         argv, env = job_python.command(kind, folder, run, hps, channels, entry, threads=threads, python=python)
         env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
+        writable = [folder.code_dir, folder.model_dir, folder.output_dir, folder.env_dir, folder.scratch_dir,
+                    folder.input_data_dir, checkpoints]
         if isolated:
             data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots]
             mounts = job_mounts(folder, interpreter, checkpoints=checkpoints, data=data, home=self._home,
-                                network=not offline)
+                                network=not offline, tmpfs_bytes=self._job_limits.tmpfs_bytes)
             argv, env = self._sandbox.command(argv, mounts), sandbox_environment(env, folder.scratch_dir)
-        state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
+            hand_over(mounts, self._sandbox.host_uid())
+        argv = with_wrapper_options(argv, self._job_limits.wrapper_options(writable, self._cgroups(folder, state)))
+        try:
+            state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
+        except OSError:
+            local_limits.remove(state.cgroups)
+            raise
         folder.save(state)
         logger.info("launched local job %s (pid %s, %d threads a process): %s", folder.name, state.pid, threads,
                     state.note)
+
+    def _cgroups(self, folder: JobFolder, state: JobState) -> list[Path]:
+        """The job's cgroup folders with its limits (limits.py), recorded in its state; none where the machine
+        has no cgroup for the bot."""
+        cgroups = local_limits.machine_cgroups()[0]
+        if cgroups is None:
+            return []
+        made = cgroups.create(folder.name, self._job_limits)
+        state.cgroups = [str(path) for path in made]
+        return made
 
     def _running_processes(self) -> int:
         """The training processes of the local jobs running now (their cores are taken)."""
@@ -378,10 +414,13 @@ class LocalBackend:
         if ended is None and not (state.pid is not None and self._runner.is_alive(state.pid)):
             ended = folder.read_exit()  # it may have been written between the two looks
             if ended is None:
+                local_limits.remove(state.cgroups)
                 return local_status.vanished_status(state, now)
         if ended is not None:
             state.exit_code = int(ended["exit_code"])
             state.wall_seconds = float(ended.get("wall_seconds") or 0.0)
+            state.limit_hit = str(ended.get("limit") or "")
+            local_limits.remove(state.cgroups)  # the wrapper's to remove; gone already unless it could not
             state.ended_at = state.created_at + timedelta(seconds=state.wall_seconds)
             return local_status.ended_status(folder, state)
         return local_status.running_status(folder, state)
