@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from jobs.errors import LimitReached
+from jobs.settings import Settings
 
 logger = logging.getLogger(__name__)
 
@@ -60,8 +61,14 @@ class JobLimits:
 
     @classmethod
     def defaults(cls) -> JobLimits:
-        return cls(memory_mb=default_memory_mb(), tmpfs_mb=1024, max_processes=1024, cpu_weight=100,
-                   disk_mb=20_000, free_min_mb=1024)
+        return cls.from_settings(Settings.model_construct())
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> JobLimits:
+        return cls(memory_mb=settings.trainbot_local_memory_mb or default_memory_mb(),
+                   tmpfs_mb=settings.trainbot_local_tmpfs_mb, max_processes=settings.trainbot_local_max_processes,
+                   cpu_weight=settings.trainbot_local_cpu_weight, disk_mb=settings.trainbot_local_disk_mb,
+                   free_min_mb=settings.trainbot_local_disk_free_mb)
 
     @property
     def tmpfs_bytes(self) -> int:

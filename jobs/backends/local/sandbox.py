@@ -197,7 +197,7 @@ def _setpriv(uid: int) -> list[str]:
 def _files(mounts: JobMounts) -> list[str]:
     readable, writable = _outermost(mounts.readable), _outermost(mounts.writable)
     args = ["--perms", "1777", "--size", str(mounts.tmpfs_bytes), "--tmpfs", "/tmp"]
-    bound = [Path(p) for p in (*_SYSTEM, *readable, mounts.folder)]
+    bound = [*(Path(p) for p in _SYSTEM), *readable, mounts.folder]
     for parent in _parents([*(Path(f"/etc/{n}") for n in _ETC), Path(_CPU), *readable, mounts.folder,
                             *writable], bound):
         args += ["--perms", "0755", "--dir", str(parent)]  # bwrap makes them 0700: the job's uid could not pass
