@@ -46,7 +46,7 @@ class TeamJobs:
 
     def launch(self, name: str, script: str, *args: str) -> str:
         """The job (attempt 1) `trainbot launch` started for ``script``; ``args`` are more /train keys."""
-        done = trainbot(self.env(), "launch", self.commit(name, script), *args)
+        done = trainbot(self.env(), "launch", *self.commit(name, script).split(), *args)
         assert done.returncode == 0, done.stderr
         return f"{done.stdout.strip().splitlines()[-1]}-1"
 

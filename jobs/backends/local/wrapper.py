@@ -33,11 +33,14 @@ from pathlib import Path
 from types import FrameType
 
 #: How often the disk is looked at (a statvfs; the folders are walked only when it moved enough).
-DISK_TICK_S = 0.5
+DISK_TICK_S = 0.2
 #: The folders are walked at least this often, whatever the free space says.
 WALK_EVERY_S = 30.0
 #: A job's processes may still be leaving their cgroup when its first process has been reaped.
 RMDIR_TRIES = 50
+#: RLIMIT_FSIZE is the allowance plus this: a file stopped there is past the allowance, so the look after the
+#: job (a script killed by SIGXFSZ often ends its launcher with another code) names the disk.
+FSIZE_SLACK = 1 << 20
 
 
 def _ignore_but_outlive(signum: int, frame: FrameType | None) -> None:
@@ -80,7 +83,7 @@ def _enter_limits(options: Options) -> None:
         with open(os.path.join(folder, "cgroup.procs"), "w") as procs:
             procs.write(str(os.getpid()))
     if options.disk_max:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (options.disk_max, options.disk_max))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (options.disk_max + FSIZE_SLACK,) * 2)
     try:
         with open("/proc/self/oom_score_adj", "w") as adj:
             adj.write("500")
@@ -130,8 +133,9 @@ class DiskWatch:
         self.free_then = _free(self.options.watch[0])
         self.walked_at = time.monotonic()
 
-    def over(self) -> str | None:
-        """"disk" or "disk-free" when the job went past one; None while it is within both."""
+    def over(self, *, final: bool = False) -> str | None:
+        """"disk" or "disk-free" when the job went past one; None while it is within both. ``final``: the look
+        after the job, which walks the folders whatever the free space says."""
         options = self.options
         free = _free(options.watch[0])
         if options.free_min and free < options.free_min:
@@ -139,7 +143,7 @@ class DiskWatch:
         if not options.disk_max:
             return None
         grown = self.used + max(0, self.free_then - free)  # at most what the job wrote since the last walk
-        if grown > options.disk_max or time.monotonic() - self.walked_at > WALK_EVERY_S:
+        if final or grown > options.disk_max or time.monotonic() - self.walked_at > WALK_EVERY_S:
             self._anchor()
             if self.used > options.disk_max:
                 return "disk"
@@ -170,8 +174,8 @@ def _kill_job(child: subprocess.Popen[bytes], options: Options) -> None:
             continue
 
 
-def _limit_hit(options: Options, code: int) -> str | None:
-    """Which limit the kernel enforced on the job, from its cgroups' counters or a file past RLIMIT_FSIZE."""
+def _limit_hit(options: Options) -> str | None:
+    """Which limit the kernel enforced on the job, from its cgroups' counters."""
     for folder in options.cgroups:
         for name, key, limit in (("memory.events", "oom_kill", "memory"), ("memory.oom_control", "oom_kill", "memory"),
                                  ("pids.events", "max", "processes")):
@@ -182,8 +186,6 @@ def _limit_hit(options: Options, code: int) -> str | None:
             counts = dict(line.split()[:2] for line in lines if len(line.split()) >= 2)
             if int(counts.get(key, "0") or 0) > 0:
                 return limit
-    if options.disk_max and code == 128 + signal.SIGXFSZ:
-        return "disk"
     return None
 
 
@@ -253,7 +255,9 @@ def _run(command: list[str], options: Options) -> tuple[int, str | None]:
                 _kill_job(child, options)
     if code < 0:  # killed by a signal: report it the way a shell (and SageMaker) does, 128 + N
         code = 128 - code
-    return code, limit or _limit_hit(options, code)
+    if limit is None and code != 0 and watch is not None:
+        limit = watch.over(final=True)
+    return code, limit or _limit_hit(options)
 
 
 def main(argv: list[str]) -> int:
