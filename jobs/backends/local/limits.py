@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -111,14 +112,9 @@ class JobLimits:
 
 
 def limit_sentence(limit: str, figures: dict[str, int]) -> str | None:
-    """The sentence for a limit the wrapper recorded; None for one it does not know."""
+    """The sentence for a limit the wrapper recorded, with the job's figures; None for one it does not know."""
     sentence = LIMIT_SENTENCES.get(limit)
-    if sentence is None:
-        return None
-    try:
-        return sentence.format(**figures)
-    except KeyError:  # a record from before the figures were kept
-        return sentence.split(" ({")[0].replace("its {", "its ").replace("{", "").replace("}", "")
+    return sentence.format_map(defaultdict(lambda: "its", figures)) if sentence else None
 
 
 def default_memory_mb() -> int:
@@ -201,6 +197,9 @@ def machine_cgroups() -> tuple[Cgroups | None, str]:
     for controller in _V1_CONTROLLERS:
         mount = mounts.get(controller)
         if mount is None or controller not in own:
+            if unified is not None:
+                return None, ("the bot's cgroup (v2) cannot hand memory, pids and cpu down to its jobs: run it in a "
+                              "cgroup of its own with them delegated (systemd: Delegate=yes)")
             return None, f"this machine has no cgroup {controller} controller the bot can use"
         bases.append(mount / own[controller].lstrip("/"))
     if not all(os.access(base, os.W_OK) for base in bases):
