@@ -416,8 +416,11 @@ def _build_endpoints_and_registry(runtime: Runtime, aws_session: Any) -> None:
     backend: EndpointBackend | None = None
     if runtime.backend.name == "local":
         from jobs.backends.local.endpoints import LocalEndpoints
+        from jobs.backends.local.sandbox import Sandbox
 
-        backend = LocalEndpoints(settings.trainbot_home, runtime.clock)
+        # The model server runs in the jobs' sandbox: a model folder is other people's data.
+        sandbox = Sandbox(settings.trainbot_local_sandbox, job_uid=settings.trainbot_local_job_uid)
+        backend = LocalEndpoints(settings.trainbot_home, runtime.clock, sandbox=sandbox)
     elif runtime.backend.name == "sagemaker":
         from jobs.backends.sagemaker.endpoints import SageMakerEndpoints, from_settings
         from jobs.backends.sagemaker.registry import SageMakerRegistry
