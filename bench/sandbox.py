@@ -27,9 +27,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from jobs.backends.local import sandbox as local_sandbox
 from jobs.backends.local import training_jobs
+from jobs.backends.local.confinement import Confinement
 from jobs.backends.local.limits import JobLimits
 from jobs.backends.local.sandbox import JobMounts, Sandbox
 from jobs.backends.local.state import JobFolder, JobState
@@ -116,9 +118,15 @@ class NoLimits(JobLimits):
         return []
 
 
-class WithoutCgroups(LocalBackend):
+class NoCgroups(Confinement):
     def _cgroups(self, folder: JobFolder, state: JobState) -> list[Path]:
         return []
+
+
+class WithoutCgroups(LocalBackend):
+    def __init__(self, home: Path, **kwargs: Any) -> None:
+        super().__init__(home, **kwargs)
+        self._confinement = NoCgroups(kwargs["sandbox"], kwargs["job_limits"], home.resolve())
 
 
 def backends(home: Path, toolkit: bool) -> dict[str, LocalBackend]:

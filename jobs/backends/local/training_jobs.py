@@ -33,13 +33,14 @@ from jobs.backends.local.code import (
     runnable_source,
     save_metric_definitions,
 )
+from jobs.backends.local.confinement import Confinement
 from jobs.backends.local.interpreter import Interpreter, layered_environment
 from jobs.backends.local.job_files import job_file_exists
 from jobs.backends.local.job_python import JobPython, own_code_note
 from jobs.backends.local.limits import JobLimits
-from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner, with_wrapper_options
+from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
 from jobs.backends.local.runtime import ImageRuntimes
-from jobs.backends.local.sandbox import Sandbox, hand_over, job_mounts, runs_as_root, sandbox_environment
+from jobs.backends.local.sandbox import Sandbox, runs_as_root
 from jobs.backends.local.scaling import (
     LocalLimits,
     check_own_channels,
@@ -106,6 +107,7 @@ class LocalBackend:
         self._own_code_unsandboxed = own_code_unsandboxed
         self._data_roots = tuple(data_roots)
         self._job_limits = job_limits or JobLimits.defaults()
+        self._confinement = Confinement(self._sandbox, self._job_limits, self._home)
         code_limits = code_limits or ArchiveLimits()
         self._code = CodeMaterializer(
             self._home, GitCodeSources(self._home, limits=code_limits),
@@ -190,13 +192,11 @@ class LocalBackend:
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
         run = scale_plan(plan, offline=is_offline(self._offline), limits=self._limits)
-        isolation = f"{self._sandbox.describe(network=not run.offline)}; {self._limits_note()}"
+        isolation = f"{self._sandbox.describe(network=not run.offline)}; {self._confinement.note()}"
         if plan.spec.own_code:
             return f"{own_code_note(plan, run, self._runtimes)}; {isolation}"
         return f"{run.note()}; {local_container.RUNNER_LABELS[self._runner_kind(self._python)]}; {isolation}"
 
-    def _limits_note(self) -> str:
-        return self._job_limits.describe(local_limits.machine_cgroups()[0])
 
     def own_code_refusal(self) -> str | None:
         """The sentence own code (code=) is refused with here, before anything is recorded: on serve and the
@@ -312,15 +312,9 @@ class LocalBackend:
             "OMP_NUM_THREADS"))
         argv, env = job_python.command(kind, folder, run, hps, channels, entry, threads=threads, python=python)
         env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
-        writable = [folder.code_dir, folder.model_dir, folder.output_dir, folder.env_dir, folder.scratch_dir,
-                    folder.input_data_dir, checkpoints]
-        if isolated:
-            data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots]
-            mounts = job_mounts(folder, interpreter, checkpoints=checkpoints, data=data, home=self._home,
-                                network=not offline, tmpfs_bytes=self._job_limits.tmpfs_bytes)
-            argv, env = self._sandbox.command(argv, mounts), sandbox_environment(env, folder.scratch_dir)
-            hand_over(mounts, self._sandbox.host_uid())
-        argv = with_wrapper_options(argv, self._job_limits.wrapper_options(writable, self._cgroups(folder, state)))
+        data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots]
+        argv, env = self._confinement.wrap(folder, state, argv, env, interpreter=interpreter, checkpoints=checkpoints,
+                                           data=data, network=not offline, isolated=isolated)
         try:
             state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
         except OSError:
@@ -329,16 +323,6 @@ class LocalBackend:
         folder.save(state)
         logger.info("launched local job %s (pid %s, %d threads a process): %s", folder.name, state.pid, threads,
                     state.note)
-
-    def _cgroups(self, folder: JobFolder, state: JobState) -> list[Path]:
-        """The job's cgroup folders with its limits (limits.py), recorded in its state; none where the machine
-        has no cgroup for the bot."""
-        cgroups = local_limits.machine_cgroups()[0]
-        if cgroups is None:
-            return []
-        made = cgroups.create(folder.name, self._job_limits)
-        state.cgroups = [str(path) for path in made]
-        return made
 
     def _running_processes(self) -> int:
         """The training processes of the local jobs running now (their cores are taken)."""
