@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
@@ -143,6 +144,7 @@ class Cgroups:
                     parent.mkdir(exist_ok=True)
                     if self.version == 2:
                         _write(parent / "cgroup.subtree_control", " ".join(f"+{c}" for c in _V2_CONTROLLERS))
+                _sweep(parent)
                 folder = parent / name
                 folder.mkdir(exist_ok=True)
                 made.append(folder)
@@ -169,15 +171,39 @@ class Cgroups:
             _write(folder / "cpu.shares", str(max(2, limits.cpu_weight * 1024 // 100)))
 
 
-def remove(folders: list[Path] | list[str]) -> None:
-    """Remove a job's cgroup folders (empty once its processes are gone); one still busy stays, logged."""
+#: A job's cgroup older than this with no process in it is a leftover (its wrapper was killed with the job).
+STALE_SECONDS = 600
+
+
+def _sweep(parent: Path) -> None:
+    """Leftover job cgroups under ``parent`` removed: the kernel refuses to remove one that holds a process, and
+    a fresh one (a launch that has not put its job in yet) is left alone."""
+    now = time.time()
+    try:
+        children = [c for c in os.scandir(parent) if c.is_dir(follow_symlinks=False)]
+    except OSError:
+        return
+    for child in children:
+        try:
+            if now - child.stat(follow_symlinks=False).st_mtime > STALE_SECONDS:
+                os.rmdir(child.path)
+        except OSError:
+            continue
+
+
+def remove(folders: list[Path] | list[str]) -> bool:
+    """Remove a job's cgroup folders (empty once its processes are gone); whether none is left. One still busy
+    stays, logged."""
+    left = False
     for folder in folders:
         try:
             os.rmdir(folder)
         except FileNotFoundError:
             continue
         except OSError as exc:
+            left = True
             logger.info("cgroup %s not removed yet: %s", folder, exc)
+    return not left
 
 
 @lru_cache(maxsize=1)

@@ -376,6 +376,9 @@ class LocalBackend:
         """Fold what the processes did since the last look into the state; persist any change."""
         state = folder.load()
         if RemoteStatus(state.status).is_terminal():
+            if state.cgroups and local_limits.remove(state.cgroups):  # left by a wrapper killed with its job
+                state.cgroups = []
+                folder.save(state)
             return state
         now = self._clock.now()
         changed = self._enforce_deadlines(state, now)
@@ -398,13 +401,15 @@ class LocalBackend:
         if ended is None and not (state.pid is not None and self._runner.is_alive(state.pid)):
             ended = folder.read_exit()  # it may have been written between the two looks
             if ended is None:
-                local_limits.remove(state.cgroups)
+                if local_limits.remove(state.cgroups):
+                    state.cgroups = []
                 return local_status.vanished_status(state, now)
         if ended is not None:
             state.exit_code = int(ended["exit_code"])
             state.wall_seconds = float(ended.get("wall_seconds") or 0.0)
             state.limit_hit = str(ended.get("limit") or "")
-            local_limits.remove(state.cgroups)  # the wrapper's to remove; gone already unless it could not
+            if local_limits.remove(state.cgroups):  # the wrapper's to remove; gone already unless it could not
+                state.cgroups = []
             state.ended_at = state.created_at + timedelta(seconds=state.wall_seconds)
             return local_status.ended_status(folder, state)
         return local_status.running_status(folder, state)
