@@ -144,6 +144,24 @@ def backends(home: Path, toolkit: bool) -> dict[str, LocalBackend]:
     }
 
 
+def bare_seconds(sandbox: Sandbox, root: Path, limits: JobLimits | None) -> float:
+    """The sandbox alone around `true` (and, with ``limits``, a job's cgroups made and removed): no Python, no
+    job folder work, so the layers' own cost shows through the machine's noise."""
+    from jobs.backends.local import limits as local_limits
+
+    folder = root / "bare"
+    (folder / "output" / "data").mkdir(parents=True, exist_ok=True)
+    mounts = JobMounts(folder, (folder / "output" / "data",), (), network=False, cwd=folder)
+    started = time.perf_counter()
+    made = []
+    cgroups = local_limits.machine_cgroups()[0]
+    if limits is not None and cgroups is not None:
+        made = cgroups.create(f"bench-{time.perf_counter_ns()}", limits)
+    subprocess.run([*sandbox.arguments(mounts), "--", "/bin/true"], check=True)
+    local_limits.remove(made)
+    return time.perf_counter() - started
+
+
 def main() -> int:
     # The baseline: own code started with no sandbox, which a root bot refuses to do for people. Measured here.
     training_jobs.runs_as_root = lambda: False  # type: ignore[attr-defined]
@@ -168,6 +186,9 @@ def main() -> int:
                 if round_ > 0:  # the first launch of each kind fills the code cache
                     figures[kind].append(took)
         env_seconds = statistics.median(job_environment_seconds(root / "envs") for _ in range(20))
+        bare = {kind: statistics.median(bare_seconds(sandbox, root, limits) for _ in range(30)) for kind, sandbox, limits
+                in (("before", BeforeSandbox("bwrap"), None), ("sandbox", Sandbox("bwrap"), None),
+                    ("now", Sandbox("bwrap"), JobLimits.defaults()))}
     median = {kind: statistics.median(values) for kind, values in figures.items()}
     print(f"local job start, {args.runner} runner, median of {args.rounds} launches each (bot uid {os.geteuid()}):")
     for kind, values in figures.items():
@@ -181,6 +202,9 @@ def main() -> int:
     print(f"  now / unsandboxed  {median['now'] / median['unsandboxed']:5.2f} x   "
           f"sandbox and limits add {median['now'] - median['unsandboxed']:+.3f} s (target: under 1 s)")
     print(f"  of all: the job's own Python environment, made in {env_seconds * 1000:.0f} ms (median of 20)")
+    print("the sandbox alone around /bin/true, median of 30:")
+    for kind, seconds in bare.items():
+        print(f"  {kind:12} {seconds * 1000:6.1f} ms   {seconds / bare['before']:5.2f} x before")
     return 0
 
 
