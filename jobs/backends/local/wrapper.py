@@ -21,6 +21,7 @@ Usage: python -I -S wrapper.py EXIT_FILE [OPTIONS] -- COMMAND [ARG ...]
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
@@ -50,10 +51,27 @@ def _ignore_but_outlive(signum: int, frame: FrameType | None) -> None:
     print(f"[trainbot] wrapper received signal {signum}; waiting for the training process", flush=True)
 
 
-def _write_atomically(path: Path, payload: dict[str, object]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload))
-    os.replace(tmp, path)
+#: The exit record's room, taken before the job runs: a job that filled the disk cannot keep it from being written.
+RECORD_BYTES = 4096
+
+
+def _reserve_record(path: Path) -> int:
+    """The exit record's staging file, open, with its room allocated now."""
+    fd = os.open(path.with_name(path.name + ".tmp"), os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    with contextlib.suppress(OSError):  # a file system without it: the record is written as any file is
+        os.posix_fallocate(fd, 0, RECORD_BYTES)
+    return fd
+
+
+def _write_record(path: Path, fd: int, payload: dict[str, object]) -> None:
+    """The record written into the room taken before the job (no block to allocate now), then put in place."""
+    data = json.dumps(payload).encode()
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    finally:
+        os.close(fd)
+    os.replace(path.with_name(path.name + ".tmp"), path)
 
 
 class Options:
@@ -269,11 +287,12 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _ignore_but_outlive)
     signal.signal(signal.SIGINT, _ignore_but_outlive)
     started = time.monotonic()
+    record = _reserve_record(exit_file)
     code, limit = _run(command, options)
     print(f"[trainbot] training process exited with code {code}", flush=True)
     _clear_special_bits(options.watch)
-    _write_atomically(exit_file, {"exit_code": code, "wall_seconds": round(time.monotonic() - started, 3),
-                                  "limit": limit})
+    _write_record(exit_file, record, {"exit_code": code, "wall_seconds": round(time.monotonic() - started, 3),
+                                      "limit": limit})
     _remove_cgroups(options.cgroups)
     return code
 
