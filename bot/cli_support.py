@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from jobs.errors import BadInput
+from jobs.home import secure_home
 from jobs.planning.grammar import plain_punctuation
 from jobs.records import Actor
 from jobs.settings import Settings
@@ -77,7 +78,7 @@ def usage(parser: argparse.ArgumentParser) -> int:
 def configure_logging(settings: Settings) -> None:
     if logging.getLogger().handlers:
         return
-    settings.trainbot_home.mkdir(parents=True, exist_ok=True)
+    secure_home(settings.trainbot_home)  # 0700: its log is the bot's alone too
     handler = logging.FileHandler(settings.trainbot_home / "trainbot.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[handler])

@@ -22,6 +22,7 @@ from jobs.clock import Clock, SystemClock
 from jobs.endings.stage import EndingStage, Step
 from jobs.endings.steps import TrainbotSteps
 from jobs.errors import ConfigError
+from jobs.home import secure_home
 from jobs.lifecycle.controller import Controller
 from jobs.lifecycle.cycle import CountedBackend
 from jobs.lifecycle.progress import ProgressTracker
@@ -360,6 +361,7 @@ def open_store(settings: Settings, clock: Clock) -> Store:
     """The store at the newest schema with every table, APScheduler's included: created here, once, under
     the migration lock, before any thread of this process starts (a thread creating a table while another
     writes is refused on SQLite)."""
+    secure_home(settings.trainbot_home)  # the store, the code cache and every job's files: the bot's alone
     store = Store(settings.database_url, clock=clock)
     store.migrate(foreign=scheduler_tables(store.engine))
     return store
@@ -368,14 +370,17 @@ def open_store(settings: Settings, clock: Clock) -> Store:
 def _build_backend(settings: Settings, clock: Clock, *, force_local: bool, trusted_terminal: bool) -> TrainingBackend:
     if force_local or settings.backend == "local":
         from jobs.backends.archives import ArchiveLimits
+        from jobs.backends.local.limits import JobLimits
         from jobs.backends.local.sandbox import Sandbox
         from jobs.backends.local.training_jobs import LocalBackend
 
         return LocalBackend(
             settings.trainbot_home, clock=clock, offline=not settings.local_uses_hub,
-            sandbox=Sandbox(settings.trainbot_local_sandbox), own_code_unsandboxed=trusted_terminal,
+            sandbox=Sandbox(settings.trainbot_local_sandbox, job_uid=settings.trainbot_local_job_uid),
+            own_code_unsandboxed=trusted_terminal,
             code_limits=ArchiveLimits(max_bytes=settings.trainbot_code_max_bytes),
             data_roots=settings.local_data_roots, hub_token_arn=settings.trainbot_hf_token_secret_arn,
+            job_limits=JobLimits.from_settings(settings),
         )
     from jobs.backends.sagemaker.training_jobs import SageMakerBackend
 
@@ -418,8 +423,11 @@ def _build_endpoints_and_registry(runtime: Runtime, aws_session: Any) -> None:
     backend: EndpointBackend | None = None
     if runtime.backend.name == "local":
         from jobs.backends.local.endpoints import LocalEndpoints
+        from jobs.backends.local.sandbox import Sandbox
 
-        backend = LocalEndpoints(settings.trainbot_home, runtime.clock)
+        # The model server runs in the jobs' sandbox: a model folder is other people's data.
+        sandbox = Sandbox(settings.trainbot_local_sandbox, job_uid=settings.trainbot_local_job_uid)
+        backend = LocalEndpoints(settings.trainbot_home, runtime.clock, sandbox=sandbox)
     elif runtime.backend.name == "sagemaker":
         from jobs.backends.sagemaker.endpoints import SageMakerEndpoints, from_settings
         from jobs.backends.sagemaker.registry import SageMakerRegistry

@@ -76,6 +76,19 @@ class Settings(BaseSettings):
     # Local jobs run in a bubblewrap sandbox: auto (when bwrap works here), bwrap (required) or off. Without
     # one, serve and the CLI refuse own code (code=) on the local backend; the console may run it.
     trainbot_local_sandbox: Literal["auto", "bwrap", "off"] = "auto"
+    # The host uid a root bot's local jobs run as (their user namespace maps onto it); a bot that is not root
+    # runs them as its own uid. Never 0.
+    trainbot_local_job_uid: int = Field(default=65534, ge=1)
+    # What each local job may take (jobs/backends/local/limits.py): memory with its /tmp and /dev/shm (default:
+    # half of this machine's), each of those tmpfs, processes and threads, CPU weight (relative, 100 is even),
+    # what its folders may grow by, and the free disk it may never take the bot's home under (a launch with
+    # less is refused).
+    trainbot_local_memory_mb: int | None = Field(default=None, ge=64)
+    trainbot_local_tmpfs_mb: int = Field(default=1024, ge=1)
+    trainbot_local_max_processes: int = Field(default=1024, ge=16)
+    trainbot_local_cpu_weight: int = Field(default=100, ge=1, le=10000)
+    trainbot_local_disk_mb: int = Field(default=20_000, ge=1)
+    trainbot_local_disk_free_mb: int = Field(default=1024, ge=0)
     # Team recipes kept in git: a read-only YAML file of name -> /train arguments.
     trainbot_recipes_file: Path | None = None
     # What one person may hold (admins and the CLI included), so nobody fills the store or the scheduler.

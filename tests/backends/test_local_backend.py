@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.backends.local.limits import JobLimits, machine_cgroups
 from jobs.backends.local.offline_assets import LocalAssets
 from jobs.backends.local.runner import SubprocessRunner
 from jobs.backends.local.sandbox import Sandbox
@@ -177,7 +178,9 @@ def test_job_runs_through_the_training_toolkit_as_the_image_does(qa_run: QaRun) 
     assert "Starting distributed training through torchrun" in qa_run.log
     assert "torchrun --nnodes 1 --nproc_per_node 2 train_qa.py" in qa_run.log
     assert "Installing dependencies from requirements.txt" in qa_run.log  # requirements.txt honoured
-    assert (job / "output" / "success").is_file() and (job / "output/data/metrics.json").is_file()
+    assert "Reporting training SUCCESS" in qa_run.log and (job / "output/data/metrics.json").is_file()
+    # The toolkit's success file went to the sandbox's own output/ (a tmpfs): of output/ only data/ is the job's.
+    assert sorted(p.name for p in (job / "output").iterdir()) == ["data"]
     workers = [e for e in qa_run.running_environments.values() if e.get("SM_CHANNEL_TRAIN")]
     assert workers and all(e["SM_MODEL_DIR"] == str(job / "model") for e in workers)
     assert all(e["SM_CHANNEL_TRAIN"] == str(job / "input/data/train") for e in workers)
@@ -327,7 +330,8 @@ TOOLKIT_NOTE = "runner: sagemaker-training toolkit (the training image's `train`
 
 def test_scaling_note_says_what_runs_locally(trainbot_home: Path) -> None:
     offline = LocalBackend(trainbot_home, clock=SystemClock(), offline=True, sandbox=Sandbox("off"))
-    unsandboxed = "isolation: none (TRAINBOT_LOCAL_SANDBOX=off), the job runs with this user's rights"
+    limits = JobLimits.defaults().describe(machine_cgroups()[0])
+    unsandboxed = f"isolation: none (TRAINBOT_LOCAL_SANDBOX=off), the job runs with this user's rights; {limits}"
     assert offline.scaling_note(plan_for("bert-squad", "n1")) == (
         "local: tiny BERT, 200 generated examples, 60 steps, 2 processes; smdistributed data parallel runs as"
         f" torchrun DDP (gloo); fp16 off on the CPU; {TOOLKIT_NOTE}; {unsandboxed}"
@@ -341,6 +345,7 @@ def test_scaling_note_says_what_runs_locally(trainbot_home: Path) -> None:
     online = LocalBackend(trainbot_home, clock=SystemClock(), offline=False, use_toolkit=False)
     isolation = ("isolation: bwrap sandbox (own PIDs, host network for the hub, writes only its own folders)"
                  if Sandbox().problem() is None else f"isolation: none ({Sandbox().problem()}), the job runs with this user's rights")
+    isolation = f"{isolation}; {limits}"
     assert online.scaling_note(plan_for("distilbert-spot", "n4")) == (
         "local: distilbert-base-uncased, dataset imdb from the hub, 60 steps, 1 process;"
         f" runner: direct (sagemaker-training is not installed here); {isolation}"
@@ -404,7 +409,7 @@ def test_the_direct_runner_trains_a_local_train_data_folder_on_the_default_offli
     assert "eval_accuracy" in remote.final_metrics
     ((argv, env),) = runner.spawned
     assert argv[argv.index("--nproc_per_node") + 1] == "2"
-    assert ("bwrap" in Path(argv[4]).name) == (Sandbox().problem() is None)  # sandboxed wherever it can be
+    assert any(Path(word).name == "bwrap" for word in argv) == (Sandbox().problem() is None)  # sandboxed where it can be
     job = home / "local-jobs" / "own1-1"
     assert str(job / "code" / "train_classification.py") in argv[argv.index("--"):]  # unpacked sourcedir
     assert env["SM_CHANNEL_TRAIN"] == str(job / "input/data/train")

@@ -75,7 +75,8 @@ class ScriptRunner(SubprocessRunner):
 
     def spawn(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path) -> int:
         at = next(i for i, word in enumerate(argv) if word.endswith("wrapper.py"))
-        command = [*argv[: at + 3], sys.executable, "-c", self.script]  # wrapper.py EXIT_FILE --
+        cut = list(argv).index("--", at)  # wrapper.py EXIT_FILE [its options] --
+        command = [*argv[: cut + 1], sys.executable, "-c", self.script]
         return super().spawn(command, env=env, cwd=cwd, log_path=log_path)
 
 

@@ -30,7 +30,7 @@ class LocalPromotion:
 
     def port(self, endpoint: str) -> int:
         """The loopback port the endpoint's own server listens on."""
-        return int(json.loads((self.home / "local-endpoints" / endpoint / "server.json").read_text())["port"])
+        return int(json.loads((self.home / "local-endpoints" / endpoint / "run" / "server.json").read_text())["port"])
 
     def follow(self, revision_id: int, seconds: float) -> RevisionStatus:
         """Poll as the watcher does until the update in place is over; its final status."""

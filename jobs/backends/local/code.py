@@ -65,8 +65,5 @@ def save_metric_definitions(folder: JobFolder, plan: LaunchPlan) -> None:
 
 def metric_definitions(folder: JobFolder) -> list[dict[str, str]] | None:
     """The job's own definitions; None (the defaults) for a job launched before they were saved."""
-    try:
-        definitions = json.loads((folder.path / METRIC_DEFINITIONS_FILE).read_text())
-    except (OSError, ValueError):
-        return None
+    definitions = folder.read_json(METRIC_DEFINITIONS_FILE)
     return definitions if isinstance(definitions, list) else None

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from jobs.backends.archives import ArchiveLimits, pack_tree, unpack_file
-from jobs.backends.local.runner import WRAPPER, training_command
+from jobs.backends.local.runner import training_command, wrapper_command
 from jobs.backends.local.state import JobFolder
 from jobs.errors import BackendError
 
@@ -158,7 +158,7 @@ def write_container_config(
 
 def toolkit_command(python: str, folder: JobFolder) -> list[str]:
     """The wrapper around the image's entry point, `train` from `python`'s environment."""
-    return [python, str(WRAPPER), str(folder.exit_path), "--", str(Path(python).parent / "train")]
+    return [*wrapper_command(folder.exit_path), str(Path(python).parent / "train")]
 
 
 def toolkit_environment(base: dict[str, str], folder: JobFolder, *, threads: int) -> dict[str, str]:

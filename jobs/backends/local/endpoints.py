@@ -8,6 +8,13 @@ in its own session (the local training runner starts it), so a restarted bot fin
 Status: process alive and `server.json` there -> InService; alive without it -> Creating (loading the
 model); process gone -> Failed with the log's last line. Undeploy stops the process and removes the folder.
 
+A model folder is a job's output, other people's data: before it is served it is checked (job_files.model_files:
+folders and regular files only, no link, FIFO or device, at most MODEL_MAX_BYTES) and linked file by file into
+the endpoint's own `models/<config>/`, so what is served is what was checked and no other job's folder is
+reached. The server runs in the sandbox local jobs run in (sandbox.py: an unprivileged uid in its own user
+namespace, no capabilities), with the bot's interpreter and `models/` read-only and only its `run/` folder
+(`server.json`) writable; it shares the host's network, since its port is the endpoint.
+
 Updates in place: each config the endpoint may serve is a model folder, kept in `configs.json`; an update
 writes the wanted one to `serving.json` (atomically) and sends the server SIGHUP, and the server swaps its
 model without dropping a request (see endpoint_server). Until `server.json` names the wanted config the
@@ -26,11 +33,15 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+import jobs
 from jobs.backends.local.environment import base_environment
+from jobs.backends.local.interpreter import Interpreter
+from jobs.backends.local.job_files import JobFileRefused, model_files, open_job_file, read_job_json
 from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
+from jobs.backends.local.sandbox import JobMounts, Sandbox, hand_over, sandbox_environment, sandbox_identity
 from jobs.backends.local.state import tail_lines
 from jobs.clock import Clock
 from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint, UpdateRequest
@@ -42,6 +53,11 @@ SERVER_MODULE = "jobs.backends.local.endpoint_server"
 SIGHUP = int(signal.SIGHUP)  # the server reads serving.json and swaps its model
 STOP_WAIT_SECONDS = 5.0
 INVOKE_TIMEOUT_SECONDS = 60.0
+#: The most a served model folder may hold.
+MODEL_MAX_BYTES = 50 * 10**9
+#: The sandbox's /tmp and /dev/shm for a model server.
+SERVER_TMPFS_BYTES = 256 << 20
+_SPARE = ("bwrap",)  # the sandbox's own processes: a signal for the server would end them and the sandbox
 
 
 class LocalEndpoints:
@@ -56,8 +72,11 @@ class LocalEndpoints:
         *,
         runner: ProcessRunner | None = None,
         python: str = sys.executable,
+        sandbox: Sandbox | None = None,
     ) -> None:
         self._root = Path(home).resolve() / "local-endpoints"
+        self._jobs_root = Path(home).resolve() / "local-jobs"
+        self._sandbox = sandbox or Sandbox()
         self._clock = clock
         self._runner = runner or SubprocessRunner()
         self._python = python
@@ -70,28 +89,29 @@ class LocalEndpoints:
 
     def deploy(self, request: DeployRequest) -> None:
         model = Path(request.model_data)
-        if not (model / "config.json").is_file():
-            raise BackendError(
-                f"The model folder {model} of this job is gone or incomplete, so it cannot be served: "
-                "train the job again."
-            )
         folder = self._root / request.name
         if self._pid(folder) is not None and self._alive(folder):
             raise BackendError(
                 f"A local endpoint named {request.name} is already running: `/undeploy {request.name}` first."
             )
         shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        argv = [self._python, "-m", SERVER_MODULE, "--model", str(model), "--task", request.task]
-        argv += ["--state", str(folder / "server.json"), "--config", request.name]
+        (folder / "run").mkdir(parents=True)
+        try:
+            staged = self._stage(model, folder, request.name)
+        except BackendError:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        argv = [self._python, "-m", SERVER_MODULE, "--model", str(staged), "--task", request.task]
+        argv += ["--state", str(folder / "run" / "server.json"), "--config", request.name]
         argv += ["--serving", str(folder / "serving.json")]
-        _write_json(folder / "configs.json", {request.name: {"model": str(model), "task": request.task}})
+        _write_json(folder / "configs.json", {request.name: {"model": str(staged), "task": request.task}})
         env = {  # allowlisted: the model server never sees the bot's tokens or keys
             **base_environment(self._python),
             "TOKENIZERS_PARALLELISM": "false",
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
         }
+        argv, env = self._sandboxed(argv, env, folder)
         try:
             pid = self._runner.spawn(argv, env=env, cwd=folder, log_path=folder / "server.log")
             self._spawned.add(pid)
@@ -114,7 +134,7 @@ class LocalEndpoints:
         folder = self._folder(name)
         if not self._alive(folder):
             return RemoteEndpoint(name, "Failed", self._failure(folder))
-        state = _read_json(folder / "server.json")
+        state = _server_state(folder)
         if state.get("port") is None:
             return RemoteEndpoint(name, "Creating")
         served = str(state.get("config") or name)
@@ -138,18 +158,15 @@ class LocalEndpoints:
                                f"{request.endpoint}` and deploy again.")
         configs = _read_json(folder / "configs.json")
         if request.model is not None:
-            model = Path(request.model.model_data)
-            if not (model / "config.json").is_file():
-                raise BackendError(f"The model folder {model} is gone or incomplete, so it cannot be served: "
-                                   "train the job again.")
-            configs[request.config_name] = {"model": str(model), "task": request.model.task}
+            staged = self._stage(Path(request.model.model_data), folder, request.config_name)
+            configs[request.config_name] = {"model": str(staged), "task": request.model.task}
             _write_json(folder / "configs.json", configs)
         wanted = configs.get(request.config_name)
         if not isinstance(wanted, dict):
             raise BackendError(f"Local endpoint {request.endpoint} has no config {request.config_name} to go "
                                "back to.")
         _write_json(folder / "serving.json", {"config": request.config_name, **wanted})
-        self._runner.signal_group(pid, SIGHUP)
+        self._runner.signal_group(pid, SIGHUP, spare=_SPARE)
         logger.info("local endpoint %s: swapping to %s (%s)", request.endpoint, request.config_name, wanted["model"])
 
     def _failure(self, folder: Path) -> str:
@@ -163,7 +180,7 @@ class LocalEndpoints:
         folder = self._root / name  # its configs live in the folder and go with it
         pid = self._pid(folder)
         if pid is not None and self._alive(folder):
-            self._runner.signal_group(pid, SIGTERM)
+            self._runner.signal_group(pid, SIGTERM, spare=_SPARE)
             deadline = time.monotonic() + STOP_WAIT_SECONDS
             while self._alive(folder) and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -246,15 +263,93 @@ class LocalEndpoints:
     @staticmethod
     def _port(folder: Path) -> int | None:
         try:
-            return int(json.loads((folder / "server.json").read_text())["port"])
-        except (OSError, ValueError, KeyError):
+            return int(_server_state(folder)["port"])
+        except (ValueError, KeyError, TypeError):
             return None
+
+    # -- the model and the sandbox -----------------------------------------------------------------
+
+    def _stage(self, model: Path, folder: Path, config: str) -> Path:
+        """``model`` checked and linked into the endpoint's ``models/<config>``, which is what is served."""
+        anchor, relative = self._anchor(model)
+        try:
+            files = model_files(anchor, relative, max_bytes=MODEL_MAX_BYTES)
+        except FileNotFoundError:
+            files = []
+        except OSError as exc:
+            reason = exc.strerror if isinstance(exc, JobFileRefused) else str(exc)
+            raise BackendError(
+                f"The model folder {model} of this job is not served: it {reason}. A model folder holds folders "
+                "and regular files only (no links, FIFOs or devices), at most "
+                f"{MODEL_MAX_BYTES // 10**9} GB."
+            ) from exc
+        if PurePosixPath("config.json") not in files:
+            raise BackendError(
+                f"The model folder {model} of this job is gone or incomplete, so it cannot be served: "
+                "train the job again."
+            )
+        staged = folder / "models" / config
+        shutil.rmtree(staged, ignore_errors=True)
+        for name in files:
+            _link_checked(anchor, f"{relative}/{name}", staged / name)
+        return staged
+
+    def _anchor(self, model: Path) -> tuple[Path, str]:
+        """(a folder of the bot's, the model's path below it): under local-jobs, the job's folder is the job's
+        too where it ran unsandboxed, so nothing below local-jobs is followed."""
+        real = model.absolute()
+        if self._jobs_root in real.parents:
+            return self._jobs_root, real.relative_to(self._jobs_root).as_posix()
+        return real.parent, real.name
+
+    def _sandboxed(self, argv: list[str], env: dict[str, str], folder: Path) -> tuple[list[str], dict[str, str]]:
+        """The server's command in the sandbox, where it works here; as it is otherwise."""
+        if self._sandbox.mode == "off" or self._sandbox.problem() is not None:
+            return argv, env
+        run = folder / "run"
+        mounts = JobMounts(folder, (run,), _server_readable(self._python), network=True, cwd=run,
+                           identity=sandbox_identity(folder / "sandbox-passwd", folder / "sandbox-group", run),
+                           tmpfs_bytes=SERVER_TMPFS_BYTES)
+        inside = sandbox_environment(env, run)
+        hand_over(mounts, self._sandbox.host_uid())
+        return [*self._sandbox.arguments(mounts), "--", *argv], inside
 
     def _alive(self, folder: Path) -> bool:
         pid = self._pid(folder)
         if pid is None or not self._runner.is_alive(pid):
             return False
         return pid in self._spawned or _is_our_server(pid, folder)
+
+
+def _server_state(folder: Path) -> dict[str, Any]:
+    """What the server wrote (run/server.json: its port, the config it serves), read as any job's file is."""
+    data = read_job_json(folder, "run/server.json")
+    return data if isinstance(data, dict) else {}
+
+
+def _server_readable(python: str) -> tuple[Path, ...]:
+    """What the server reads: the bot's interpreter environment and the `jobs` package it runs from."""
+    package = Path(jobs.__file__).resolve().parent
+    try:
+        return (*Interpreter.of(python).read_only_paths(), package)
+    except BackendError:  # not a Python: it fails at start, and the endpoint says so
+        return (Path(python).resolve().parent, package)
+
+
+def _link_checked(anchor: Path, relative: str, dest: Path) -> None:
+    """The job's file, opened without following a link and checked to be regular, linked (else copied) to
+    ``dest`` without its set-user-ID or set-group-ID bits."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open_job_file(anchor, relative) as job_file:
+        os.fchmod(job_file.fd, os.fstat(job_file.fd).st_mode & 0o777 & ~0o022 | 0o444)
+        try:
+            os.link(f"/proc/self/fd/{job_file.fd}", dest)  # the very inode checked
+        except OSError:
+            with open(dest, "wb") as out:
+                offset = 0
+                while chunk := job_file.read(1 << 20, offset=offset):
+                    out.write(chunk)
+                    offset += len(chunk)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -277,4 +372,4 @@ def _is_our_server(pid: int, folder: Path) -> bool:
         command = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     except OSError:
         return True  # no /proc (macOS): trust the pid
-    return str(folder / "server.json") in command
+    return str(folder / "run" / "server.json") in command

@@ -16,9 +16,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 from jobs.backends.local.code import metric_definitions
+from jobs.backends.local.job_files import JobFile, open_job_file
 from jobs.backends.local.state import JobFolder, parse_progress
 from jobs.file_lock import exclusive_lock
 from jobs.planning.metrics import MetricScanner
@@ -32,6 +32,8 @@ MAX_LINE_BYTES = MAX_LINE_CHARS * 4  # UTF-8: a line of MAX_LINE_CHARS character
 CHUNK_BYTES = 1 << 20
 #: The points kept for each metric's curve; past it every other point is dropped (the curve keeps its shape).
 MAX_POINTS = 5000
+#: metric-scan.json: the bot's own, at most MAX_POINTS points a metric.
+SCAN_FILE_BYTES = 64 << 20
 
 #: What training/ prints when it picks a checkpoint up (the step is the checkpoint folder's number).
 _RESUMED = linear(r"\[checkpoint\] resuming from .*checkpoint-([0-9]+)")
@@ -112,11 +114,14 @@ def scan(folder: JobFolder) -> LogScan:
         definitions, scanner = None, MetricScanner.of()
     digest = hashlib.sha256(json.dumps(definitions, sort_keys=True).encode()).hexdigest()[:16]
     with exclusive_lock(folder.root / ".locks" / f"{folder.name}.scan.lock"):
-        done = _load(folder.path / SCAN_FILE, digest)
+        done = _load(folder, digest)
         before = done.offset
         try:
             # Once the job has exited its log is whole: a last line without a newline is read too.
-            _read_new(folder.log_path, done, scanner, ended=folder.exit_path.is_file())
+            with open_job_file(folder.root, f"{folder.name}/logs/train.log") as job_log:
+                _read_new(job_log, done, scanner, ended=folder.read_exit() is not None)
+        except FileNotFoundError:
+            pass
         except OSError as exc:
             log.warning("could not read the log of %s: %s", folder.name, exc)
         if done.offset != before:
@@ -124,24 +129,22 @@ def scan(folder: JobFolder) -> LogScan:
         return done
 
 
-def _read_new(path: Path, done: LogScan, scanner: MetricScanner, *, ended: bool) -> None:
-    if not path.is_file():
-        return
-    if path.stat().st_size < done.offset:  # the log was replaced: read it again
+def _read_new(log: JobFile, done: LogScan, scanner: MetricScanner, *, ended: bool) -> None:
+    if log.size < done.offset:  # the log was replaced: read it again
         done.__dict__.update(asdict(LogScan(definitions=done.definitions)))
-    with path.open("rb") as fh:
-        fh.seek(done.offset)
-        for line, consumed in _complete_lines(fh, done, ended=ended):
-            if line is not None:
-                done.read(line.decode("utf-8", errors="replace"), scanner)
-            done.offset += consumed
+    for line, consumed in _complete_lines(log, done, ended=ended):
+        if line is not None:
+            done.read(line.decode("utf-8", errors="replace"), scanner)
+        done.offset += consumed
 
 
-def _complete_lines(fh: Any, done: LogScan, *, ended: bool) -> Iterator[tuple[bytes | None, int]]:
+def _complete_lines(log: JobFile, done: LogScan, *, ended: bool) -> Iterator[tuple[bytes | None, int]]:
     """(the line to read, or None for bytes skipped; bytes consumed) for every complete line from here. A line
     still being written stays for the next look, unless it is already too long to wait for or the job ended."""
     pending = b""
-    while chunk := fh.read(CHUNK_BYTES):
+    at = done.offset
+    while chunk := log.read(CHUNK_BYTES, offset=at):
+        at += len(chunk)
         pending += chunk
         while (end := pending.find(b"\n")) >= 0:
             line, pending = pending[:end], pending[end + 1:]
@@ -155,11 +158,11 @@ def _complete_lines(fh: Any, done: LogScan, *, ended: bool) -> Iterator[tuple[by
         done.skipping = False
 
 
-def _load(path: Path, digest: str) -> LogScan:
+def _load(folder: JobFolder, digest: str) -> LogScan:
+    raw = folder.read_json(SCAN_FILE, max_bytes=SCAN_FILE_BYTES)
     try:
-        raw = json.loads(path.read_text())
-        stored = LogScan(**raw)
-    except (OSError, ValueError, TypeError):
+        stored = LogScan(**raw) if isinstance(raw, dict) else LogScan(definitions=digest)
+    except TypeError:
         return LogScan(definitions=digest)
     if stored.format != FORMAT or stored.definitions != digest:
         return LogScan(definitions=digest)

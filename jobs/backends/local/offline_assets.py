@@ -15,6 +15,7 @@ import logging
 import os
 import random
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -269,6 +270,7 @@ def ensure_local_assets(home: Path, *, train_size: int = 2000, test_size: int = 
     base = Path(home) / "assets"
     final = base / ASSETS_VERSION
     if (final / "READY").exists():
+        _readable(final)
         return _layout(final)
     with exclusive_lock(base / ".lock"):
         if (final / "READY").exists():
@@ -284,6 +286,7 @@ def ensure_local_assets(home: Path, *, train_size: int = 2000, test_size: int = 
             write_imdb_jsonl(layout.imdb_train, train_size, seed=5)
             write_imdb_jsonl(layout.imdb_test, test_size, seed=6)
             (staging / "READY").write_text(ASSETS_VERSION + "\n")
+            _readable(staging)
             if final.exists():  # a stale, incomplete folder from an older crash
                 shutil.rmtree(final)
             os.replace(staging, final)
@@ -292,3 +295,14 @@ def ensure_local_assets(home: Path, *, train_size: int = 2000, test_size: int = 
             raise
     logger.info("built local training assets in %s", final)
     return _layout(final)
+
+
+def _readable(folder: Path) -> None:
+    """Readable by every uid: mkdtemp made the folder 0700 and safetensors writes 0600, and the sandboxed jobs
+    that read the set run as another uid (sandbox.py). Only what this user owns is changed; links are left."""
+    own = os.geteuid()
+    for root, _dirs, files in os.walk(folder):
+        for path, wanted in ((root, 0o555), *((os.path.join(root, f), 0o444) for f in files)):
+            info = os.lstat(path)
+            if info.st_uid == own and not stat.S_ISLNK(info.st_mode) and info.st_mode & wanted != wanted:
+                os.chmod(path, stat.S_IMODE(info.st_mode) | wanted)

@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -138,7 +139,19 @@ def training_command(
         ]
     else:
         inner = [python, "-u", str(script), *args]
-    return [python, str(WRAPPER), str(exit_file), "--", *inner]
+    return [*wrapper_command(exit_file), *inner]
+
+
+def wrapper_command(exit_file: Path) -> list[str]:
+    """The wrapper up to its ``--``: the bot's own interpreter, isolated (``-I -S``: no site, no PYTHON*
+    variables), so nothing of the job's environment folder ever runs with the bot's rights."""
+    return [sys.executable, "-I", "-S", str(WRAPPER), str(exit_file), "--"]
+
+
+def with_wrapper_options(argv: Sequence[str], options: Sequence[str]) -> list[str]:
+    """``argv`` (wrapper_command, then the job's command) with ``options`` for the wrapper before its ``--``."""
+    cut = list(argv).index("--")
+    return [*argv[:cut], *options, *argv[cut:]]
 
 
 #: Signals the backend sends, named for readability at call sites.

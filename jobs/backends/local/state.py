@@ -3,6 +3,8 @@
 Everything the bot knows about a local job lives in `home/local-jobs/<name>/state.json`, written
 atomically under a per-job file lock, so any bot process (a restarted one, the CLI next to the
 watcher) reads the same truth. The wrapper's `exit.json` is the only file written by the job side.
+Every file of the folder is read through job_files (no link followed, regular files only, a size cap): an
+unsandboxed job could have replaced any of them, and a sandboxed one writes beside them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from jobs.backends.local.job_files import (
+    SMALL_FILE_BYTES,
+    list_job_folder,
+    open_job_file,
+    read_job_file,
+    read_job_json,
+    tail_job_file,
+)
 from jobs.errors import BadInput
 from jobs.file_lock import exclusive_lock
 from jobs.planning.patterns import capped, linear
@@ -34,6 +44,7 @@ _DATETIME_FIELDS = {
     "last_modified",
 }
 _TAIL_BYTES = 256 * 1024
+_STATE_BYTES = 16 << 20  # state.json: the bot's own record, never near this
 MAX_REASON_CHARS = 1000  # a failure reason is one line of the log: as long as a person reads
 #: A line that names an error (run over a job's own output: RE2, linear time).
 _ERROR_LINE = linear(r"(?i)(^|\s|: )(error|[A-Za-z_][\w.]*(Error|Exception))\b:?")
@@ -82,6 +93,9 @@ class JobState:
     wall_seconds: float | None = None
     ended_at: datetime | None = None
     failure_reason: str = ""
+    limits: dict[str, int] = field(default_factory=dict)  # what it ran with (limits.JobLimits.figures)
+    cgroups: list[str] = field(default_factory=list)  # its cgroup folders (limits.py), while they exist
+    limit_hit: str = ""  # the limit the wrapper saw it go past ("memory", "processes", "disk", "disk-free")
 
     def to_json(self) -> str:
         raw = asdict(self)
@@ -137,7 +151,7 @@ class JobFolder:
             yield
 
     def load(self) -> JobState:
-        return JobState.from_json(self.state_path.read_text())
+        return JobState.from_json(read_job_file(self.root, f"{self.name}/state.json", max_bytes=_STATE_BYTES).decode())
 
     def save(self, state: JobState) -> None:
         tmp = self.state_path.with_name("state.json.tmp")
@@ -145,25 +159,35 @@ class JobFolder:
         os.replace(tmp, self.state_path)
 
     def read_exit(self) -> dict[str, Any] | None:
-        try:
-            data = json.loads(self.exit_path.read_text())
-        except (OSError, ValueError):
-            return None
+        data = self.read_json("exit.json")
         return data if isinstance(data, dict) and isinstance(data.get("exit_code"), int) else None
 
+    def read_json(self, relative: str, *, max_bytes: int = SMALL_FILE_BYTES) -> Any:
+        """The JSON of a file in the folder (job_files.read_job_json); None when it cannot be read safely."""
+        return read_job_json(self.root, f"{self.name}/{relative}", max_bytes=max_bytes)
 
-def tail_lines(path: Path, lines: int) -> list[str]:
-    """The last `lines` lines of a log (reads at most the last 256 KiB)."""
+    def log_tail(self, lines: int) -> list[str]:
+        return tail_lines(self.log_path, lines, anchor=self.root)
+
+    def log_mtime(self) -> float | None:
+        try:
+            with open_job_file(self.root, f"{self.name}/logs/train.log") as log:
+                return log.mtime
+        except OSError:
+            return None
+
+    def entries(self, relative: str) -> dict[str, os.stat_result]:
+        """{name: lstat} of a folder of the job's, reached without following a link."""
+        return list_job_folder(self.root, f"{self.name}/{relative}")
+
+
+def tail_lines(path: Path, lines: int, *, anchor: Path | None = None) -> list[str]:
+    """The last `lines` lines of a log (reads at most the last 256 KiB), opened from ``anchor`` (a folder of the
+    bot's; the log's own folder by default) without following a link, and only when it is a regular file."""
     if lines <= 0:
         return []
-    try:
-        with path.open("rb") as fh:
-            fh.seek(0, os.SEEK_END)
-            size = fh.tell()
-            fh.seek(max(0, size - _TAIL_BYTES))
-            data = fh.read()
-    except OSError:
-        return []
+    anchor = anchor or path.parent
+    data = tail_job_file(anchor, path.relative_to(anchor).as_posix(), _TAIL_BYTES)
     text = data.decode("utf-8", errors="replace").replace("\r", "\n")
     return [line for line in text.splitlines() if line.strip()][-lines:]
 
@@ -203,12 +227,10 @@ def last_progress(lines: list[str]) -> dict[str, float | int] | None:
     return None
 
 
-def as_progress(line: dict[str, float | int], log_path: Path) -> Progress:
+def as_progress(line: dict[str, float | int], folder: JobFolder) -> Progress:
     """A parsed `[progress]` line as the port's record; logged when the log file last changed."""
-    try:
-        at: datetime | None = datetime.fromtimestamp(log_path.stat().st_mtime, tz=timezone.utc)
-    except OSError:
-        at = None
+    mtime = folder.log_mtime()
+    at = datetime.fromtimestamp(mtime, tz=timezone.utc) if mtime is not None else None
     step, total = line.get("step"), line.get("max_steps")
     loss, eta = line.get("loss"), line.get("eta_s")
     return Progress(

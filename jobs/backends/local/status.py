@@ -8,19 +8,20 @@ Status mapping (TrainingJobStatus / SecondaryStatus):
   Interrupted for INTERRUPTED_SECONDS after that (however fast they died), then Stopped /
   MaxWaitTimeExceeded, as SageMaker ends a spot job whose wait for capacity ran out;
 - running past max_run: Stopped / MaxRuntimeExceeded;
-- any other exit: Failed, "AlgorithmError: <the log's last error line>"; a process that vanished with
-  no exit code: Failed, "InternalServerError: ..." (which recovery relaunches).
+- any other exit: Failed, "AlgorithmError: <the log's last error line>", or the sentence of the limit it went past
+  (limits.py: memory, processes, disk); a process that vanished with no exit code: Failed,
+  "InternalServerError: ..." (which recovery relaunches).
 Billing: training_seconds is the process's wall time; a spot job bills SPOT_BILLABLE_FRACTION of it,
 a typical managed-spot saving, so reports show spot savings as they would on SageMaker.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from datetime import datetime
 
 from jobs.backends.local import state as local_state
+from jobs.backends.local.limits import limit_sentence
 from jobs.backends.local.log_scan import LogScan, scan
 from jobs.backends.local.state import JobFolder, JobState
 from jobs.planning.patterns import capped, linear
@@ -85,8 +86,9 @@ def ended_status(folder: JobFolder, state: JobState) -> tuple[str, str]:
     cause = end_cause(state)
     if cause is not None:
         return RemoteStatus.STOPPED.value, STOP_SECONDARY[cause]
-    tail = local_state.tail_lines(folder.log_path, 200)
-    state.failure_reason = f"AlgorithmError: {_no_gpu_reason(tail) or local_state.last_error_line(tail)}"
+    limit = limit_sentence(state.limit_hit, state.limits) if state.limit_hit else None
+    tail = [] if limit else folder.log_tail(200)
+    state.failure_reason = f"AlgorithmError: {limit or _no_gpu_reason(tail) or local_state.last_error_line(tail)}"
     return RemoteStatus.FAILED.value, "Failed"
 
 
@@ -123,7 +125,7 @@ def vanished_status(state: JobState, now: datetime) -> tuple[str, str]:
 
 
 def training_started(folder: JobFolder) -> bool:
-    lines = local_state.tail_lines(folder.log_path, 400)
+    lines = folder.log_tail(400)
     return any(line.startswith(("[progress]", "[metric]")) for line in lines)
 
 
@@ -181,10 +183,7 @@ def final_metrics(folder: JobFolder, read: LogScan | None = None) -> dict[str, f
     printed dicts, a team's own), then the script's metrics.json on top of them. ``read``: the log's scan
     when the caller has it already."""
     metrics = dict((read or scan(folder)).last)
-    try:
-        written = json.loads((folder.output_dir / "metrics.json").read_text())
-    except (OSError, ValueError):
-        written = {}
+    written = folder.read_json("output/data/metrics.json")  # a job's file: no link, FIFO or device, 1 MB at most
     if isinstance(written, dict):
         numbers = {k: v for k, v in written.items() if isinstance(v, int | float) and not isinstance(v, bool)}
         metrics.update({k: float(v) for k, v in numbers.items()})
@@ -204,9 +203,9 @@ def metric_series(folder: JobFolder) -> MetricSeries:
 
 
 def _model_artifacts(folder: JobFolder, status: RemoteStatus) -> str | None:
-    if status is not RemoteStatus.COMPLETED or not folder.model_dir.is_dir():
+    if status is not RemoteStatus.COMPLETED:
         return None
-    return str(folder.model_dir) if any(folder.model_dir.iterdir()) else None
+    return str(folder.model_dir) if folder.entries("model") else None
 
 
 def _transition(raw: dict[str, str | None]) -> StatusTransition:

@@ -26,6 +26,7 @@ from jobs.backends.archives import ArchiveLimits
 from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, RunnableSource, S3Tarballs
 from jobs.backends.hub_token import TOKEN_ENV, HubTokenSecret
 from jobs.backends.local import container as local_container
+from jobs.backends.local import limits as local_limits
 from jobs.backends.local import state as local_state
 from jobs.backends.local import status as local_status
 from jobs.backends.local.code import (
@@ -33,11 +34,14 @@ from jobs.backends.local.code import (
     runnable_source,
     save_metric_definitions,
 )
+from jobs.backends.local.confinement import Confinement
 from jobs.backends.local.interpreter import Interpreter, layered_environment
+from jobs.backends.local.job_files import job_file_exists
 from jobs.backends.local.job_python import JobPython, own_code_note, runs_on_image_runtime, runtime_note
+from jobs.backends.local.limits import JobLimits
 from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
 from jobs.backends.local.runtime import ImageRuntimes
-from jobs.backends.local.sandbox import Sandbox, job_mounts, sandbox_environment
+from jobs.backends.local.sandbox import Sandbox, runs_as_root
 from jobs.backends.local.scaling import (
     LocalLimits,
     check_own_channels,
@@ -49,6 +53,7 @@ from jobs.backends.local.scaling import (
 from jobs.backends.local.state import JobFolder, JobState
 from jobs.clock import Clock
 from jobs.errors import BackendError, BadInput, ConfigError, InvalidState, NotFound, TrainbotError
+from jobs.home import secure_home
 from jobs.planning.hyperparameters import check_launch_hyperparameters
 from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob, RemoteStatus
@@ -88,8 +93,10 @@ class LocalBackend:
         code_limits: ArchiveLimits | None = None,
         data_roots: Sequence[Path] = (),
         hub_token_arn: str = "",
+        job_limits: JobLimits | None = None,
     ) -> None:
         self._home = Path(home).resolve()  # job processes run elsewhere: every path they get is absolute
+        secure_home(self._home)
         self._jobs_root = self._home / "local-jobs"
         self._clock = clock
         self._runner = runner or SubprocessRunner()
@@ -101,6 +108,8 @@ class LocalBackend:
         # The console (one person, their own machine) may run own code unsandboxed; serve and the CLI may not.
         self._own_code_unsandboxed = own_code_unsandboxed
         self._data_roots = tuple(data_roots)
+        self._job_limits = job_limits or JobLimits.defaults()
+        self._confinement = Confinement(self._sandbox, self._job_limits, self._home)
         code_limits = code_limits or ArchiveLimits()
         self._code = CodeMaterializer(
             self._home, GitCodeSources(self._home, limits=code_limits),
@@ -127,6 +136,7 @@ class LocalBackend:
             if folder.exists():  # a retried launch: the job is there, never start a second process
                 logger.info("local job %s exists already; not starting it again", job_name)
                 return
+            self._job_limits.check_room(self._home)  # a full disk is told, never a launch that does nothing
             shutil.rmtree(folder.path, ignore_errors=True)  # leftovers of a launch that died before its state
             try:
                 self._start(folder, plan)
@@ -163,12 +173,12 @@ class LocalBackend:
         self._signal_job(job_name, "capacity_taken_at", SIGKILL)
 
     def log_tail(self, job_name: str, lines: int = 40) -> list[str]:
-        return local_state.tail_lines(self._folder(job_name).log_path, lines)
+        return self._folder(job_name).log_tail(lines)
 
     def host_log_tails(self, job_name: str, lines: int) -> list[tuple[str, list[str]]]:
         """One host here: the job's log file (every local process writes to it), labelled by its path."""
-        path = self._folder(job_name).log_path
-        return [(str(path), local_state.tail_lines(path, lines))]
+        folder = self._folder(job_name)
+        return [(str(folder.log_path), folder.log_tail(lines))]
 
     def metric_series(self, job_name: str) -> MetricSeries:
         folder = self._folder(job_name)
@@ -190,18 +200,20 @@ class LocalBackend:
 
     def scaling_note(self, plan: LaunchPlan) -> str | None:
         run = scale_plan(plan, offline=is_offline(self._offline), limits=self._limits)
-        isolation = self._sandbox.describe(network=not run.offline)
+        isolation = f"{self._sandbox.describe(network=not run.offline)}; {self._confinement.note()}"
         if plan.spec.own_code:
             return f"{own_code_note(plan, run, self._runtimes)}; {isolation}"
         if runs_on_image_runtime(plan.spec):  # the LLM script: TRL and PEFT are the image's
             return f"{runtime_note(plan, run, self._runtimes)}; {isolation}"
         return f"{run.note()}; {local_container.RUNNER_LABELS[self._runner_kind(self._python)]}; {isolation}"
 
+
     def own_code_refusal(self) -> str | None:
         """The sentence own code (code=) is refused with here, before anything is recorded: on serve and the
         CLI it runs only sandboxed; None where it may run."""
         try:
-            if self._own_code_unsandboxed or self._sandbox.active():
+            # As root, own code runs only in the sandbox, the console's included: unsandboxed it would run as root.
+            if self._sandbox.active() or (self._own_code_unsandboxed and not runs_as_root()):
                 return None
         except ConfigError as exc:
             return exc.user_message()
@@ -216,7 +228,7 @@ class LocalBackend:
             except NotFound:
                 continue  # its folder is not there yet (launching)
             if line is not None:
-                found[name] = local_state.as_progress(line, self._folder(name).log_path)
+                found[name] = local_state.as_progress(line, self._folder(name))
         return found
 
     def forecast_target(self, plan: LaunchPlan) -> ForecastTarget:
@@ -229,11 +241,16 @@ class LocalBackend:
     def saved_checkpoint(self, job_name: str) -> bool:
         """trainer_state.json is written last into a checkpoint folder: its presence means a whole one."""
         folder = Path(self._folder(job_name).load().checkpoint_dir)
-        return folder.is_dir() and any(folder.glob("checkpoint-*/trainer_state.json"))
+        try:  # the job's own folder: nothing in it is followed (a link to another lineage's checkpoints)
+            names = [e.name for e in os.scandir(folder) if e.name.startswith("checkpoint-") and e.is_dir(
+                follow_symlinks=False)]
+        except OSError:
+            return False
+        return any(job_file_exists(folder, f"{name}/trainer_state.json") for name in names)
 
     def job_progress(self, job_name: str) -> dict[str, float | int] | None:
         """The last `[progress]` line: {"step", "max_steps", "loss", "eta_s"}; None before the first."""
-        return local_state.last_progress(local_state.tail_lines(self._folder(job_name).log_path, 400))
+        return local_state.last_progress(self._folder(job_name).log_tail(400))
 
     def resumed_from_step(self, job_name: str) -> int | None:
         """The checkpoint step this job resumed from, as its log says; None for a fresh start."""
@@ -251,7 +268,7 @@ class LocalBackend:
 
     def _start(self, folder: JobFolder, plan: LaunchPlan) -> None:
         isolated = self._sandbox.active()  # before any code is fetched: a refusal leaves nothing behind
-        if plan.spec.own_code and not isolated and not self._own_code_unsandboxed:
+        if plan.spec.own_code and not isolated and (not self._own_code_unsandboxed or runs_as_root()):
             raise self._sandbox.refuse_own_code()
         offline = is_offline(self._offline)
         # The code first: a refused archive or repository costs no image runtime build (minutes, once).
@@ -295,6 +312,7 @@ class LocalBackend:
             hyperparameters=hps,
             max_run=plan.estimator.get("max_run"),
             transitions=[{"status": "Starting", "start": now.isoformat(), "end": None}],
+            limits=self._job_limits.figures(),
         )
         folder.save(state)  # before the spawn: a crash in between leaves a record, never a stray process
         # The job's own environment, layered on the interpreter it runs on (the bot's, or its image runtime):
@@ -307,12 +325,14 @@ class LocalBackend:
         env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
         if self._hub_token is not None:  # the process's environment only: never the state, the note or the log
             env[TOKEN_ENV] = self._hub_token.token()
-        if isolated:
-            data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots]
-            mounts = job_mounts(folder, interpreter, checkpoints=checkpoints, data=data, home=self._home,
-                                network=not offline)
-            argv, env = self._sandbox.command(argv, mounts), sandbox_environment(env, folder.scratch_dir)
-        state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
+        data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots]
+        argv, env = self._confinement.wrap(folder, state, argv, env, interpreter=interpreter, checkpoints=checkpoints,
+                                           data=data, network=not offline, isolated=isolated)
+        try:
+            state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
+        except OSError:
+            local_limits.remove(state.cgroups)
+            raise
         folder.save(state)
         logger.info("launched local job %s (pid %s, %d threads a process): %s", folder.name, state.pid, threads,
                     state.note)
@@ -369,6 +389,9 @@ class LocalBackend:
         """Fold what the processes did since the last look into the state; persist any change."""
         state = folder.load()
         if RemoteStatus(state.status).is_terminal():
+            if state.cgroups and local_limits.remove(state.cgroups):  # left by a wrapper killed with its job
+                state.cgroups = []
+                folder.save(state)
             return state
         now = self._clock.now()
         changed = self._enforce_deadlines(state, now)
@@ -391,10 +414,15 @@ class LocalBackend:
         if ended is None and not (state.pid is not None and self._runner.is_alive(state.pid)):
             ended = folder.read_exit()  # it may have been written between the two looks
             if ended is None:
+                if local_limits.remove(state.cgroups):
+                    state.cgroups = []
                 return local_status.vanished_status(state, now)
         if ended is not None:
             state.exit_code = int(ended["exit_code"])
             state.wall_seconds = float(ended.get("wall_seconds") or 0.0)
+            state.limit_hit = str(ended.get("limit") or "")
+            if local_limits.remove(state.cgroups):  # the wrapper's to remove; gone already unless it could not
+                state.cgroups = []
             state.ended_at = state.created_at + timedelta(seconds=state.wall_seconds)
             return local_status.ended_status(folder, state)
         return local_status.running_status(folder, state)
