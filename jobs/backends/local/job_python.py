@@ -15,14 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from jobs.backends.local import container as local_container
 from jobs.backends.local.environment import base_environment
+from jobs.backends.local.cpu_standin import STANDIN_ENV
 from jobs.backends.local.offline_assets import LocalAssets, ensure_local_assets
-from jobs.backends.local.runtime import (
-    ImageRuntimes,
-    Runtime,
-    ensure_runtime_assets,
-    image_of,
-    missing_runtime,
-)
+from jobs.backends.local.runtime import ImageRuntimes, Runtime, image_of, missing_runtime
 from jobs.backends.local.scaling import LocalLimits, LocalRun, script_arguments
 from jobs.backends.local.state import JobFolder
 from jobs.planning import own_code
@@ -52,9 +47,7 @@ class JobPython:
             return None
         if self.runtime is None:  # the tiny model is needed even when the data is the person's own folder
             return ensure_local_assets(home)
-        if "model_name_or_path" in (plan.estimator.get("hyperparameters") or {}):
-            return ensure_runtime_assets(runtimes, self.runtime)
-        return None  # a team's script that names its own model gets none of ours
+        return None  # a team's script trains the model it names: the tiny one is only for the bot's presets
 
     def code_environment(self, code_env: dict[str, str], limits: LocalLimits) -> dict[str, str]:
         """The plan's environment (the spot entry's) plus the runtime's, with the entry's clock scaled to a
@@ -63,6 +56,7 @@ class JobPython:
         if self.runtime is None:
             return env
         env.update(self.runtime.environment())
+        env[STANDIN_ENV] = "1"  # what the script asks of a GPU, read for the CPU (cpu_standin)
         if own_code.CHECKPOINT_MINUTES_ENV in env:
             planned = float(env[own_code.CHECKPOINT_MINUTES_ENV])
             env[own_code.CHECKPOINT_MINUTES_ENV] = f"{min(planned, limits.own_checkpoint_minutes):g}"

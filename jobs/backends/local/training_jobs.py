@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from jobs.backends.archives import ArchiveLimits
 from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, RunnableSource, S3Tarballs
 from jobs.backends.local import container as local_container
+from jobs.backends.local import cpu_standin
 from jobs.backends.local import state as local_state
 from jobs.backends.local import status as local_status
 from jobs.backends.local.code import (
@@ -40,6 +41,7 @@ from jobs.backends.local.sandbox import Sandbox, job_mounts, sandbox_environment
 from jobs.backends.local.scaling import (
     LocalLimits,
     check_own_channels,
+    check_own_model,
     is_offline,
     local_forecast_target,
     scale_plan,
@@ -49,7 +51,6 @@ from jobs.backends.local.state import JobFolder, JobState
 from jobs.clock import Clock
 from jobs.errors import BackendError, BadInput, ConfigError, InvalidState, NotFound, TrainbotError
 from jobs.planning.hyperparameters import check_launch_hyperparameters
-from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
@@ -115,9 +116,7 @@ class LocalBackend:
             raise BadInput(
                 f"Job name {job_name!r} is not valid: use letters, digits and hyphens, at most 63."
             )
-        check_launch_hyperparameters(
-            without_bot_arguments(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
-        )
+        check_launch_hyperparameters(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
         folder = JobFolder(self._jobs_root, job_name)
         with folder.locked():
             if folder.exists():  # a retried launch: the job is there, never start a second process
@@ -251,6 +250,7 @@ class LocalBackend:
         run = scale_plan(plan, offline=offline, limits=self._limits, assets=assets)
         if plan.spec.own_code:
             check_own_channels(plan, run)
+            check_own_model(plan, run)
         kind = self._runner_kind(job_python.python)
         entry, code_env = self._snapshot(folder, source, unpack=kind == local_container.DIRECT)
         code_env = job_python.code_environment(code_env, self._limits)
@@ -290,12 +290,16 @@ class LocalBackend:
         # requirements.txt installs there, never into the interpreter's.
         interpreter = Interpreter.of(job_python.python)
         python = str(layered_environment(interpreter, folder.env_dir))
+        if job_python.runtime is not None:  # a team's script: its GPU asks read for the CPU, in its own env
+            cpu_standin.install(Path(python).parent.parent / "lib" / f"python{interpreter.version}" / "site-packages")
         threads = threads_per_process(self._limits, run.processes, self._running_processes(), os.environ.get(
             "OMP_NUM_THREADS"))
         argv, env = job_python.command(kind, folder, run, hps, channels, entry, threads=threads, python=python)
         env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
         if isolated:
-            data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots]
+            model = _local_model(run.hyperparameters)  # the team's own model folder, read-only
+            data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots,
+                    *model]
             mounts = job_mounts(folder, interpreter, checkpoints=checkpoints, data=data, home=self._home,
                                 network=not offline)
             argv, env = self._sandbox.command(argv, mounts), sandbox_environment(env, folder.scratch_dir)
@@ -444,6 +448,11 @@ class LocalBackend:
             spare = (("/train",) if state.runner == local_container.TOOLKIT else ()) + (
                 ("bwrap",) if state.isolation == "bwrap" else ())
         self._runner.signal_group(state.pid, sig, spare=spare)
+
+
+def _local_model(hps: dict[str, Any]) -> list[Path]:
+    name = hps.get("model_name_or_path")
+    return [Path(name)] if isinstance(name, str) and Path(name).is_dir() else []
 
 
 def _s3_client() -> Any:
