@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from jobs.backends.archives import ArchiveLimits, ArchiveRefused, copy_tree, is_debris, megabytes, unpack, walk_tree
+from jobs.backends.archives import (
+    ArchiveLimits,
+    ArchiveRefused,
+    copy_tree,
+    is_debris,
+    megabytes,
+    unpack,
+    walk_tree,
+)
 from jobs.errors import BackendError, SpecError, TrainbotError
 from jobs.file_lock import exclusive_lock
 from jobs.planning.own_code import USER_ENTRY_ENV, display, is_full_commit

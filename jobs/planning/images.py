@@ -7,6 +7,7 @@ runs there as it would in the image, not on the bot's own transformers 5); the p
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -30,10 +31,16 @@ class ImagePackages:
     py: str
     packages: tuple[tuple[str, str], ...]  # (name, version), in the data file's order
     era: tuple[str, ...]  # pins of their dependencies as the image's pip resolved them
+    local: str | None = None  # why this image has no local runtime here (the builder refuses with it)
+    lock: tuple[str, ...] = ()  # every package of a built runtime, name==version (constraints: no drift)
 
     @property
     def key(self) -> str:
-        return f"transformers{self.transformers}-pt{self.pytorch}-{self.py}"
+        """The runtime's folder name: the image, and a digest of what it installs, so a changed row builds a new
+        runtime beside the old one instead of replacing one that jobs may be running on."""
+        digest = hashlib.sha256("\n".join([cpu_torch(), *self.requirements(), *toolkit_requirements(),
+                                            *self.lock]).encode()).hexdigest()[:8]
+        return f"transformers{self.transformers}-pt{self.pytorch}-{self.py}-{digest}"
 
     @property
     def loads_without_weights_only(self) -> bool:
@@ -55,15 +62,27 @@ def _data() -> dict[str, Any]:
     return loaded
 
 
+LOCKS_DIR = Path(__file__).parent / "data" / "runtime_locks"
+
+
 @cache
 def known_images() -> tuple[ImagePackages, ...]:
+    """Every row of the data file (keys this bot does not read are left alone: see its "schema")."""
     return tuple(
         ImagePackages(
             transformers=row["transformers"], pytorch=row["pytorch"], py=row["py"],
             packages=tuple((str(k), str(v)) for k, v in row["packages"].items()), era=tuple(row.get("era", ())),
+            local=row.get("local"), lock=_lock(row.get("lock")),
         )
         for row in _data()["images"]
     )
+
+
+def _lock(name: object) -> tuple[str, ...]:
+    if not isinstance(name, str) or not name:
+        return ()
+    lines = (LOCKS_DIR / name).read_text(encoding="utf-8").splitlines()
+    return tuple(line.strip() for line in lines if line.strip() and not line.startswith("#"))
 
 
 def cpu_torch() -> str:

@@ -14,10 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.backends.local import container as local_container
-from jobs.backends.local.environment import base_environment
 from jobs.backends.local.cpu_standin import STANDIN_ENV
+from jobs.backends.local.environment import base_environment
 from jobs.backends.local.offline_assets import LocalAssets, ensure_local_assets
-from jobs.backends.local.runtime import ImageRuntimes, Runtime, image_of, missing_runtime
+from jobs.backends.local.runtime import (
+    ImageRuntimes,
+    Runtime,
+    image_for,
+    image_of,
+    missing_runtime,
+    no_local_runtime,
+)
 from jobs.backends.local.scaling import LocalLimits, LocalRun, script_arguments
 from jobs.backends.local.state import JobFolder
 from jobs.planning import own_code
@@ -35,11 +42,13 @@ class JobPython:
 
     @classmethod
     def of(cls, plan: LaunchPlan, runtimes: ImageRuntimes, bot_python: str) -> JobPython:
-        """A team's own script: its image's runtime (built on first use); the bot's scripts: the bot's Python."""
+        """A team's own script: its image's runtime (built by the job's first step when it is not there yet,
+        prepare.py; refused here in one sentence when the table lacks the image or it cannot run here); the bot's
+        scripts: the bot's Python."""
         if not plan.spec.own_code:
             return cls(bot_python)
-        runtime = runtimes.for_spec(plan.spec)
-        return cls(str(runtime.python), runtime)
+        image = image_for(plan.spec)
+        return cls(str(runtimes.path(image) / "bin" / "python"), Runtime(image, runtimes.path(image) / "bin" / "python"))
 
     def assets(self, plan: LaunchPlan, runtimes: ImageRuntimes, home: Path, *, offline: bool) -> LocalAssets | None:
         """The offline model and data this job is given, saved by the transformers it runs on."""
@@ -90,5 +99,7 @@ def own_code_note(plan: LaunchPlan, run: LocalRun, runtimes: ImageRuntimes) -> s
     image = image_of(plan.spec)
     if image is None:
         return f"{run.note()}; ⚠ {missing_runtime(plan.spec)}"
-    built = "" if runtimes.is_built(image) else " (built on the first launch, a few minutes, then kept)"
+    if image.local:
+        return f"{run.note()}; ⚠ {no_local_runtime(image)}"
+    built = "" if runtimes.is_built(image) else " (built by the first job, a few minutes, then kept)"
     return f"{run.note()}; {image.label()}{built}; {local_container.RUNNER_LABELS[local_container.TOOLKIT]}"

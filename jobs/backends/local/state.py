@@ -81,6 +81,7 @@ class JobState:
     wall_seconds: float | None = None
     ended_at: datetime | None = None
     failure_reason: str = ""
+    setup_message: str = ""  # the job's first step, as far as it got (its [setup] lines: the runtime build)
 
     def to_json(self) -> str:
         raw = asdict(self)

@@ -13,6 +13,7 @@ this machine, in `local_scaling`; process handling, in `local_runner`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -25,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from jobs.backends.archives import ArchiveLimits
 from jobs.backends.code_sources import CodeMaterializer, GitCodeSources, RunnableSource, S3Tarballs
 from jobs.backends.local import container as local_container
-from jobs.backends.local import cpu_standin
 from jobs.backends.local import state as local_state
 from jobs.backends.local import status as local_status
 from jobs.backends.local.code import (
@@ -33,11 +33,13 @@ from jobs.backends.local.code import (
     runnable_source,
     save_metric_definitions,
 )
+from jobs.backends.local.environment import base_environment
 from jobs.backends.local.interpreter import Interpreter, layered_environment
 from jobs.backends.local.job_python import JobPython, own_code_note
+from jobs.backends.local.requirements import index_options
 from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
-from jobs.backends.local.runtime import ImageRuntimes
-from jobs.backends.local.sandbox import Sandbox, job_mounts, sandbox_environment
+from jobs.backends.local.runtime import ImageRuntimes, Runtime
+from jobs.backends.local.sandbox import JobMounts, Sandbox, job_mounts, sandbox_environment
 from jobs.backends.local.scaling import (
     LocalLimits,
     check_own_channels,
@@ -65,6 +67,7 @@ logger = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 120
 _JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker's TrainingJobName rule
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+PREPARE_MODULE = "jobs.backends.local.prepare"
 
 
 class LocalBackend:
@@ -251,7 +254,8 @@ class LocalBackend:
         if plan.spec.own_code:
             check_own_channels(plan, run)
             check_own_model(plan, run)
-        kind = self._runner_kind(job_python.python)
+        # A team's script runs on its image runtime, which always has the toolkit (it may not be built yet).
+        kind = local_container.TOOLKIT if job_python.runtime is not None else self._runner_kind(job_python.python)
         entry, code_env = self._snapshot(folder, source, unpack=kind == local_container.DIRECT)
         code_env = job_python.code_environment(code_env, self._limits)
         uri = plan.estimator.get("checkpoint_s3_uri")
@@ -287,26 +291,74 @@ class LocalBackend:
         )
         folder.save(state)  # before the spawn: a crash in between leaves a record, never a stray process
         # The job's own environment, layered on the interpreter it runs on (the bot's, or its image runtime):
-        # requirements.txt installs there, never into the interpreter's.
-        interpreter = Interpreter.of(job_python.python)
-        python = str(layered_environment(interpreter, folder.env_dir))
-        if job_python.runtime is not None:  # a team's script: its GPU asks read for the CPU, in its own env
-            cpu_standin.install(Path(python).parent.parent / "lib" / f"python{interpreter.version}" / "site-packages")
+        # requirements.txt installs there, never into the interpreter's. A team's runtime may not be built yet:
+        # the job's first step builds it and layers the environment (prepare.py), before the job itself starts.
+        if job_python.runtime is not None:
+            interpreter = Interpreter.planned(job_python.runtime.prefix, Interpreter.of(self._python))
+            python = str(folder.env_dir / "bin" / "python")
+        else:
+            interpreter = Interpreter.of(job_python.python)
+            python = str(layered_environment(interpreter, folder.env_dir))
         threads = threads_per_process(self._limits, run.processes, self._running_processes(), os.environ.get(
             "OMP_NUM_THREADS"))
         argv, env = job_python.command(kind, folder, run, hps, channels, entry, threads=threads, python=python)
         env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
         if isolated:
             model = _local_model(run.hyperparameters)  # the team's own model folder, read-only
+            runtimes = [_made(self._runtimes.path(job_python.runtime.image).parent)] if job_python.runtime else []
             data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots,
-                    *model]
+                    *model, *runtimes]
             mounts = job_mounts(folder, interpreter, checkpoints=checkpoints, data=data, home=self._home,
                                 network=not offline)
             argv, env = self._sandbox.command(argv, mounts), sandbox_environment(env, folder.scratch_dir)
+        if job_python.runtime is not None:
+            argv, env = self._prepared(folder, job_python.runtime, Path(source.source_dir), argv, env,
+                                       isolated=isolated)
         state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
         folder.save(state)
         logger.info("launched local job %s (pid %s, %d threads a process): %s", folder.name, state.pid, threads,
                     state.note)
+
+    def _prepared(self, folder: JobFolder, runtime: Runtime, source: Path, argv: list[str], env: dict[str, str],
+                  *, isolated: bool) -> tuple[list[str], dict[str, str]]:
+        """The job's command behind its first step (prepare.py): the runtime built when it is not yet, the job's
+        environment layered on it, requirements.txt installed; then the job. The wrapper and that step are the
+        bot's own code and run on the bot's Python, with the allowlisted environment and this machine's pip
+        settings (the build reads them); the job keeps its own environment."""
+        wrapper, command = argv[:4], argv[4:]
+        wrapper[0] = self._python  # the job's own Python does not exist until the first step layers it
+        plan: dict[str, Any] = {
+            "image": runtime.image.key, "home": str(self._home), "base_python": self._python,
+            "env_dir": str(folder.env_dir), "command": command, "job_env": env,
+        }
+        requirements = source / "requirements.txt"
+        if requirements.is_file():
+            copy = folder.path / "requirements.txt"
+            shutil.copyfile(requirements, copy)
+            plan["requirements"] = str(copy)
+            plan["install"] = self._install_step(folder, runtime, isolated=isolated)
+        plan_file = folder.path / "prepare.json"
+        plan_file.write_text(json.dumps(plan, indent=1))
+        step_env = base_environment(self._python)
+        step_env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})
+        step_env["PYTHONUNBUFFERED"] = "1"
+        return [*wrapper, self._python, "-m", PREPARE_MODULE, str(plan_file)], step_env
+
+    def _install_step(self, folder: JobFolder, runtime: Runtime, *, isolated: bool) -> dict[str, Any]:
+        """How requirements.txt is installed: the configured index as explicit options, and (sandboxed) bwrap
+        with the host's network, the job's environment writable and the runtime, the system and the index's
+        local folders read-only (requirements.py)."""
+        index = index_options(Path(self._python))
+        install: dict[str, Any] = {"index": index, "scratch": str(folder.scratch_dir)}
+        if isolated:
+            local_index = [Path(v.removeprefix("file://")) for v in index if v.startswith(("file://", "/"))]
+            mounts = JobMounts(folder.path, (folder.env_dir, folder.scratch_dir),
+                               (*Interpreter.planned(runtime.prefix, Interpreter.of(self._python)).read_only_paths(),
+                                _made(runtime.prefix.parent), *local_index), network=True, cwd=folder.scratch_dir)
+            folder.env_dir.mkdir(parents=True, exist_ok=True)
+            folder.scratch_dir.mkdir(parents=True, exist_ok=True)
+            install["sandbox"] = self._sandbox.arguments(mounts)
+        return install
 
     def _running_processes(self) -> int:
         """The training processes of the local jobs running now (their cores are taken)."""
@@ -448,6 +500,11 @@ class LocalBackend:
             spare = (("/train",) if state.runner == local_container.TOOLKIT else ()) + (
                 ("bwrap",) if state.isolation == "bwrap" else ())
         self._runner.signal_group(state.pid, sig, spare=spare)
+
+
+def _made(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _local_model(hps: dict[str, Any]) -> list[Path]:
