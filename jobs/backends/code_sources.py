@@ -449,3 +449,28 @@ def _inside(tree: Path, source_dir: str) -> Path:
 def _made(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def handler_folder(home: Path, handler: Any, *, s3: Callable[[], Any] | None = None) -> Path:
+    """The folder of a team's inference handler (``jobs.endpoints.port.InferenceCode``): ``handler.folder`` in
+    the job's code at its pinned commit (the training entry's folder when it names none), without debris; the
+    handler file must be there."""
+    limits = ArchiveLimits()
+    code = CodeMaterializer(Path(home), GitCodeSources(Path(home), limits=limits),
+                            S3Tarballs(Path(home), s3, limits=limits) if s3 else None, limits=limits)
+    estimator = dict(handler.code)
+    root_dir = str(estimator.get("source_dir", "."))
+    if handler.folder:  # a folder of the repository (or tarball), not of the training entry's
+        estimator["source_dir"] = handler.folder if "git_config" in estimator else root_dir
+    estimator["entry_point"] = handler.entry_point
+    if "git_config" not in estimator and str(estimator.get("source_dir", "")).startswith("s3://"):
+        folder = code.tarballs.fetch(str(estimator["source_dir"])) if code.tarballs else None
+        if folder is None:
+            raise BackendError("This backend cannot fetch code from S3: it has no AWS client.")
+        folder = _inside(folder, handler.folder or ".")
+        if not (folder / handler.entry_point).is_file():
+            raise SpecError(f"The code has no {handler.entry_point} in {handler.folder or 'its root'}: check "
+                            "entry_point= and source_dir= against the repository.")
+        return code.without_debris(folder)
+    source = code.runnable(estimator)
+    return code.without_debris(Path(source.source_dir))

@@ -32,7 +32,12 @@ PREDICT_HINTS = {
 
 NO_TASK = (
     "{lineage} ran its own code without task=, so the bot cannot tell the endpoint what it serves: "
-    "launch it with task=question-answering or task=text-classification to deploy it."
+    "deploy it with its own handler (entry_point=inference.py [source_dir=DIR], or code/inference.py in the "
+    "model), or launch it with task=question-answering or task=text-classification."
+)
+HANDLER_NEEDS_CODE = (
+    "entry_point= names a handler in the job's own code, and {lineage} ran the bot's scripts: deploy it without "
+    "entry_point=, or train with code= that holds the handler."
 )
 DEPLOYING = "Deploying {lineage} as endpoint {name} on {where}{framework}."
 DEPLOY_FOLLOW = "The job's thread says when it is ready."

@@ -82,7 +82,8 @@ class LocalEndpoints:
             )
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        argv = [self._python, "-m", SERVER_MODULE, "--model", str(model), "--task", request.task]
+        argv = [self._python, "-m", SERVER_MODULE, "--model", str(model), "--task", request.task,
+                *self._handler_arguments(request, model)]
         argv += ["--state", str(folder / "server.json"), "--config", request.name]
         argv += ["--serving", str(folder / "serving.json")]
         _write_json(folder / "configs.json", {request.name: {"model": str(model), "task": request.task}})
@@ -107,6 +108,18 @@ class LocalEndpoints:
         }
         (folder / "endpoint.json").write_text(json.dumps(record, indent=1))
         logger.info("started local endpoint %s (pid %d) for %s", request.name, pid, model)
+
+    def _handler_arguments(self, request: DeployRequest, model: Path) -> list[str]:
+        """``--handler DIR``: the team's inference.py (entry_point=, checked out at the job's commit), or the
+        model's own code/inference.py, as the inference toolkit finds one in the model archive."""
+        if request.handler is not None:
+            from jobs.backends.code_sources import handler_folder
+
+            folder = handler_folder(self._root.parent, request.handler)
+            return ["--handler", str(folder), "--handler-entry", request.handler.entry_point]
+        if (model / "code" / "inference.py").is_file():
+            return ["--handler", str(model / "code"), "--handler-entry", "inference.py"]
+        return []
 
     # -- reading -----------------------------------------------------------------------------------
 
