@@ -93,7 +93,9 @@ def test_a_strict_script_with_env_requirements_and_its_own_model_trains_as_typed
     assert installed, "requirements.txt did not install into the job's own environment"
     assert "Downloading" in [t.status for t in remote.transitions]  # type: ignore[attr-defined]
     metrics = remote.final_metrics  # type: ignore[attr-defined]
-    assert "eval_loss" in metrics and "loss_2g" in metrics  # the two-group regex read its first group
+    # The two-group regex (``eval_accuracy = ([0-9]+(.|e\\-)[0-9]+)``) read its first group, the number, never the
+    # second (the ".").
+    assert "eval_loss" in metrics and metrics["acc_2g"] == metrics["eval_accuracy"]
     assert (folder / "model" / "config.json").is_file()
     hps = json.loads((folder / "input" / "config" / "hyperparameters.json").read_text())
     assert {k for k in hps if not k.startswith("sagemaker_")} == {"model_id", "epochs", "train_batch_size"}

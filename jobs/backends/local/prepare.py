@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,9 @@ def main(argv: list[str]) -> int:
     except TrainbotError as exc:
         print(f"{FAILED}{exc.user_message()}", flush=True)
         return 2
-    os.execve(command[0], command, dict(plan["job_env"]))
+    # The sandbox's command is a bare name (bwrap): found on this step's PATH, as the runner's spawn would.
+    program = shutil.which(command[0]) or command[0]
+    os.execve(program, command, dict(plan["job_env"]))
     return 0  # not reached
 
 
