@@ -29,7 +29,7 @@ from jobs.backends.local import cpu_standin
 from jobs.backends.local.interpreter import Interpreter, layered_environment
 from jobs.backends.local.requirements import install_requirements
 from jobs.backends.local.runtime import ImageRuntimes
-from jobs.errors import TrainbotError
+from jobs.errors import BadInput, TrainbotError
 from jobs.planning.images import known_images
 
 SETUP = "[setup]"
@@ -42,7 +42,10 @@ def say(line: str) -> None:
 
 def prepare(plan: dict[str, Any]) -> list[str]:
     """The steps before the job; returns the job's command (argv)."""
-    image = next(i for i in known_images() if i.key == plan["image"])
+    image = next((i for i in known_images() if i.key == plan["image"]), None)
+    if image is None:  # the data file changed between the launch and this step
+        raise BadInput(f"The image runtime {plan['image']} is no longer in jobs/planning/data/training_images.json: "
+                       "launch the job again.")
     runtimes = ImageRuntimes(Path(plan["home"]), base_python=plan["base_python"])
     if not runtimes.is_built(image):
         say(f"the {image.label()} is not built yet")
@@ -61,7 +64,9 @@ def prepare(plan: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    plan = json.loads(Path(argv[1]).read_text())
+    plan_file = Path(argv[1])
+    plan = json.loads(plan_file.read_text())
+    plan_file.unlink()  # the job's folder is the job's to read: the index settings in the plan are not
     try:
         command = prepare(plan)
     except TrainbotError as exc:

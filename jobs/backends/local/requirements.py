@@ -2,11 +2,13 @@
 index and nothing else.
 
 What is enforced, and how:
-- **Only the configured index.** Each line is read before pip runs: a requirement with a URL, a VCS or a local
-  path, and pip options that name other sources (``-i``, ``--index-url``, ``--extra-index-url``, ``-f``,
+- **Only the configured index, and the code's own wheels.** Each line is read before pip runs: a requirement
+  with a URL, a VCS or a path outside the code, and pip options that name other sources (``-i``, ``--index-url``, ``--extra-index-url``, ``-f``,
   ``--find-links``, ``--trusted-host``, ``-e``, nested ``-r``/``-c``) are refused with one sentence. pip runs
   ``--isolated`` (no configuration file or PIP_* variable of the job can redirect it) and is given the index
-  this machine's pip is configured with, and nothing else.
+  this machine's pip is configured with, and nothing else. A line naming a ``.whl`` file inside the job's own
+  code (``./wheels/pkg-1.0-py3-none-any.whl``, as teams ship a private package beside their script) is the code's,
+  not another source: the launch copies it into the job's folder (``stage``), read-only to the step.
 - **No package code while the network is open.** ``--only-binary=:all:``: wheels are unpacked, never built, so
   pip is the only program that runs in this step; a requirement with no wheel is refused with a sentence naming
   it. (SageMaker's toolkit would build it from source; that is the one thing this step does not do.)
@@ -21,7 +23,9 @@ finds everything installed already.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -39,13 +43,19 @@ _NO_WHEEL = re.compile(r"No matching distribution found for (\S+)")
 _CONFLICT = re.compile(r"(?:Cannot install|conflicting dependencies|ResolutionImpossible)")
 
 
-def check_lines(text: str) -> list[str]:
-    """The requirement lines of ``text``; BadInput (one sentence) for a line that names another source."""
+def check_lines(text: str, wheels: Path | None = None) -> list[str]:
+    """The requirement lines of ``text``; BadInput (one sentence) for a line that names another source. A wheel
+    file is accepted only inside ``wheels`` (the copies ``stage`` made in the job's folder)."""
     kept: list[str] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
             continue
+        if wheels is not None and _is_wheel_path(line):
+            if _inside(Path(line), wheels) and Path(line).is_file() and not Path(line).is_symlink():
+                kept.append(line)
+                continue
+            raise BadInput(_outside_code(number, line))
         if line.startswith("-"):
             if _OTHER_SOURCES.search(line) or not line.startswith(_HARMLESS_OPTIONS):
                 raise BadInput(f"requirements.txt line {number} ({line[:80]!r}) names another package source or "
@@ -58,6 +68,45 @@ def check_lines(text: str) -> list[str]:
                            "on it (name==version).")
         kept.append(line)
     return kept
+
+
+def stage(requirements: Path, code: Path, dest: Path) -> Path:
+    """``requirements`` (a file of the job's code folder ``code``) as the step installs it, written in ``dest``
+    (the job's folder): each line naming a wheel of the code (a relative path to a regular ``.whl`` file inside
+    ``code``) rewritten to a copy in ``dest/wheels``; every other line as it was (``check_lines`` reads them).
+    BadInput (one sentence) for a wheel outside the code, a link, or a path that is no wheel."""
+    wheels = dest / "wheels"
+    lines: list[str] = []
+    for number, raw in enumerate(requirements.read_text(errors="replace").splitlines(), 1):
+        line = raw.split(" #", 1)[0].strip()
+        if _is_wheel_path(line):
+            found = code / line
+            if line.startswith(("/", "~")) or not _inside(found, code) or found.is_symlink() or not found.is_file():
+                raise BadInput(_outside_code(number, line))
+            wheels.mkdir(parents=True, exist_ok=True)
+            copy = wheels / found.name
+            shutil.copyfile(found, copy)
+            lines.append(str(copy))
+        else:
+            lines.append(raw)
+    staged = dest / "requirements.txt"
+    staged.write_text("\n".join(lines) + "\n")
+    return staged
+
+
+def _is_wheel_path(line: str) -> bool:
+    return line.lower().endswith(".whl") and "://" not in line and "@" not in line and not line.startswith("-")
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return real != root and real.startswith(root + os.sep)
+
+
+def _outside_code(number: int, line: str) -> str:
+    return (f"requirements.txt line {number} ({line[:80]!r}) names a wheel outside the job's code, a link or no "
+            "file: a local job installs from the configured package index, or a .whl file inside its own code "
+            "folder named by a relative path (./wheels/pkg-1.0-py3-none-any.whl).")
 
 
 def index_options(python: Path) -> list[str]:
@@ -86,7 +135,7 @@ def _seen(options: list[str], flag: str, value: str) -> bool:
 def install_requirements(requirements: Path, python: Path, install: dict[str, Any]) -> None:
     """``requirements`` into the environment of ``python`` (the job's own), as the module docstring says;
     BadInput naming the requirement and the cause when pip cannot."""
-    lines = check_lines(requirements.read_text(errors="replace"))
+    lines = check_lines(requirements.read_text(errors="replace"), wheels=requirements.parent / "wheels")
     if not lines:
         return
     clean = requirements.with_name("requirements.checked.txt")

@@ -37,6 +37,7 @@ from jobs.backends.local.environment import base_environment
 from jobs.backends.local.interpreter import Interpreter, layered_environment
 from jobs.backends.local.job_python import JobPython, own_code_note
 from jobs.backends.local.requirements import index_options
+from jobs.backends.local.requirements import stage as stage_requirements
 from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
 from jobs.backends.local.runtime import ImageRuntimes, Runtime
 from jobs.backends.local.sandbox import JobMounts, Sandbox, job_mounts, sandbox_environment
@@ -332,10 +333,8 @@ class LocalBackend:
             "env_dir": str(folder.env_dir), "command": command, "job_env": env,
         }
         requirements = source / "requirements.txt"
-        if requirements.is_file():
-            copy = folder.path / "requirements.txt"
-            shutil.copyfile(requirements, copy)
-            plan["requirements"] = str(copy)
+        if requirements.is_file():  # its lines checked by the step; the code's own wheels copied beside it now
+            plan["requirements"] = str(stage_requirements(requirements, source, folder.path))
             plan["install"] = self._install_step(folder, runtime, isolated=isolated)
         plan_file = folder.path / "prepare.json"
         plan_file.write_text(json.dumps(plan, indent=1))
@@ -354,7 +353,8 @@ class LocalBackend:
             local_index = [Path(v.removeprefix("file://")) for v in index if v.startswith(("file://", "/"))]
             mounts = JobMounts(folder.path, (folder.env_dir, folder.scratch_dir),
                                (*Interpreter.planned(runtime.prefix, Interpreter.of(self._python)).read_only_paths(),
-                                _made(runtime.prefix.parent), *local_index), network=True, cwd=folder.scratch_dir)
+                                _made(runtime.prefix.parent), *local_index, _made(folder.path / "wheels")),
+                               network=True, cwd=folder.scratch_dir)
             folder.env_dir.mkdir(parents=True, exist_ok=True)
             folder.scratch_dir.mkdir(parents=True, exist_ok=True)
             install["sandbox"] = self._sandbox.arguments(mounts)
