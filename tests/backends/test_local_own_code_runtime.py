@@ -59,6 +59,12 @@ def test_a_runtime_is_built_once_torch_first_then_the_images_packages(tmp_path: 
     assert pip.calls[1][-1] == "torch==2.13.0"  # alone and first: an open range pulls a CUDA build
     assert {"transformers==4.28.1", "datasets==2.15.0", "evaluate==0.4.0", "accelerate==0.19.0",
             "scikit-learn==1.2.2", "sagemaker-training>=5,<6"} <= set(pip.calls[2])
+    # The image's lock (every package of an earlier build, data/runtime_locks/) constrains the install: no drift.
+    constraints = Path(pip.calls[2][pip.calls[2].index("-c") + 1])
+    locked = set(constraints.read_text().split())
+    assert {"transformers==4.28.1", "tokenizers==0.13.3", "huggingface-hub==0.19.4", "numpy==1.26.4"} <= locked
+    assert not [line for line in locked if line.startswith(("torch==", "pip=="))]  # the CPU torch is pinned alone
+    assert IMAGE.lock and set(IMAGE.lock) == locked
     assert runtime.python == tmp_path.resolve() / "runtimes" / IMAGE.key / "bin" / "python"
     assert runtime.environment() == {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # the image's torch 2.0 did so
     runtimes.ensure(IMAGE)
@@ -161,3 +167,16 @@ def test_trainbot_capacity_takes_a_running_spot_job_and_refuses_anything_else(tm
                        settings=Settings(trainbot_bucket="b"))
     with pytest.raises(BadInput, match="simulated spot reclaim of the local backend"):
         plain.take_capacity("cap-00000002", actor=alice)
+
+
+def test_each_lock_pins_its_rows_own_versions_and_the_buildable_images_have_one() -> None:
+    from jobs.planning.images import known_images
+
+    locked = {image.transformers: image for image in known_images() if image.lock}
+    assert {"4.26.0", "4.28.1"} <= set(locked)  # the images the suite and the machine build
+    for image in locked.values():
+        pins = dict(line.split("==", 1) for line in image.lock)
+        lowered = {name.lower().replace("_", "-"): version for name, version in pins.items()}
+        for name, version in image.packages:  # a lock made from another row's build would contradict it
+            assert lowered.get(name.lower()) == version, (image.key, name, version)
+        assert image.local is None  # a row with a lock was built here

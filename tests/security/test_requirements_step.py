@@ -4,8 +4,9 @@ and see none of the bot's secrets or home.
 
 Each attack is a team's repository (made here) launched on the real LocalBackend with the bwrap sandbox on and
 fake secrets in the bot's environment, on the transformers 4.28.1 runtime:
-- a requirements.txt that points pip elsewhere (another index, a URL, a path outside the code): the job fails in
-  its first step with one sentence, before pip runs, and the other "index" (a server on loopback) is never asked;
+- a requirements.txt that points pip elsewhere (another index, a URL, a path outside the code): the launch is
+  refused with one sentence, nothing of the job is left, and the other "index" (a server on loopback) is never
+  asked; a wheel inside the code itself is the code's, and installs into the job's own environment;
 - an sdist whose setup.py would run (on the configured index, which the bot's own pip configuration names): the
   step installs wheels only, so it fails naming the package and setup.py never runs;
 - whatever runs in the step (here a stand-in for pip, put where the step's Python is): it sees none of the bot's
@@ -30,9 +31,11 @@ from jobs.backends.local.sandbox import Sandbox
 from jobs.backends.local.state import JobFolder
 from jobs.backends.local.training_jobs import LocalBackend
 from jobs.clock import SystemClock
+from jobs.errors import BadInput
 from jobs.planning.grammar import parse_command
-from jobs.planning.plan import build_plan
+from jobs.planning.plan import LaunchPlan, build_plan
 from jobs.records import RemoteJob, RemoteStatus
+from tests.security.rigs import wheel
 from tests.support.git_repos import make_repo
 from tests.support.runtimes import link_runtimes
 from tests.support.waiting import wait_for
@@ -77,14 +80,26 @@ def bot_env(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, value)
 
 
-def _launch(tmp_path: Path, files: dict[str, str | bytes], name: str) -> tuple[LocalBackend, RemoteJob, Path]:
+def _backend(tmp_path: Path) -> tuple[LocalBackend, Path]:
     home = tmp_path / "home"
     link_runtimes(home)
+    return LocalBackend(home, clock=SystemClock()), home  # the sandbox as the bot runs it: required for own code
+
+
+def _plan(tmp_path: Path, files: dict[str, str | bytes], name: str) -> LaunchPlan:
     repo = make_repo(tmp_path / "git", "team")
-    commit = repo.commit({"train.py": SCRIPT, **files})
+    for path, data in files.items():  # binary files (a wheel) written beside; commit() writes the texts
+        if isinstance(data, bytes):
+            (repo.work / path).parent.mkdir(parents=True, exist_ok=True)
+            (repo.work / path).write_bytes(data)
+    commit = repo.commit({"train.py": SCRIPT, **{p: d for p, d in files.items() if isinstance(d, str)}})
     spec = parse_command(f"code=git+{repo.url}@main entry=train.py").model_copy(update={"code_commit": commit})
-    backend = LocalBackend(home, clock=SystemClock())  # the sandbox as the bot runs it: required for own code
-    backend.launch(name, build_plan(spec, bucket="", lineage_id=name))
+    return build_plan(spec, bucket="", lineage_id=name)
+
+
+def _launch(tmp_path: Path, files: dict[str, str | bytes], name: str) -> tuple[RemoteJob, Path]:
+    backend, home = _backend(tmp_path)
+    backend.launch(name, _plan(tmp_path, files, name))
     ended: list[RemoteJob] = []
 
     def done() -> bool:
@@ -92,7 +107,7 @@ def _launch(tmp_path: Path, files: dict[str, str | bytes], name: str) -> tuple[L
         return ended[0].status.is_terminal()
 
     wait_for(done, f"{name} to end", seconds=600)
-    return backend, ended[0], home / "local-jobs" / name
+    return ended[0], home / "local-jobs" / name
 
 
 @pytest.mark.parametrize("line, says", [
@@ -102,20 +117,36 @@ def _launch(tmp_path: Path, files: dict[str, str | bytes], name: str) -> tuple[L
     ("probe-pkg @ {index}/probe_pkg-1.0-py3-none-any.whl", "installs from a URL"),
     ("git+{index}/team/probe.git", "installs from a URL"),
     ("../outside/probe_pkg-1.0-py3-none-any.whl", "names a wheel outside the job's code"),
+    ("{outside}/probe_pkg-1.0-py3-none-any.whl", "names a wheel outside the job's code"),
 ])
-def test_a_requirement_naming_another_source_fails_the_step_and_asks_no_one(
+def test_a_requirement_naming_another_source_is_refused_at_launch_and_asks_no_one(
     image_runtime: Runtime, tmp_path: Path, other_index: tuple[str, list[str]], bot_env: None, line: str, says: str,
 ) -> None:
     url, asked = other_index
     outside = tmp_path / "git" / "outside"
     outside.mkdir(parents=True)
     (outside / "probe_pkg-1.0-py3-none-any.whl").write_bytes(b"not a wheel")
-    _, remote, folder = _launch(tmp_path, {"requirements.txt": line.format(index=url) + "\n"}, "req-other")
+    backend, home = _backend(tmp_path)
+    plan = _plan(tmp_path, {"requirements.txt": line.format(index=url, outside=outside) + "\n"}, "req-other")
+    with pytest.raises(BadInput, match=says) as refused:
+        backend.launch("req-other", plan)
+    assert "\n" not in refused.value.user_message()
+    assert not (home / "local-jobs" / "req-other").exists()  # nothing of a job was left, nothing ran
+    assert asked == []
+
+
+def test_a_wheel_inside_the_code_installs_into_the_jobs_own_environment(
+    image_runtime: Runtime, tmp_path: Path, bot_env: None,
+) -> None:
+    name, data = wheel("probe_code_wheel", "VALUE = 7\n")
+    script = "import probe_code_wheel\nprint('the job ran', probe_code_wheel.VALUE, flush=True)\n"
+    remote, folder = _launch(tmp_path, {"train.py": script, f"wheels/{name}": data,
+                                        "requirements.txt": f"./wheels/{name}\n"}, "req-wheel")
     log = (folder / "logs" / "train.log").read_text()
-    assert remote.status is RemoteStatus.FAILED, log[-2000:]
-    assert says in remote.failure_reason and "\n" not in remote.failure_reason
-    assert "the job ran" not in log and asked == []
-    assert not list((folder / "env").glob("lib/python*/site-packages/probe*"))
+    assert remote.status is RemoteStatus.COMPLETED, log[-3000:]
+    assert "the job ran 7" in log
+    assert list((folder / "env").glob("lib/python*/site-packages/probe_code_wheel"))
+    assert not (folder / "prepare.json").exists()  # the step's settings are gone before the job reads its folder
 
 
 def _sdist(marker: Path) -> bytes:
@@ -141,7 +172,7 @@ def test_an_sdists_setup_py_never_runs_wheels_only(
     marker = tmp_path / "setup-py-ran"
     (links / "probe-sdist-1.0.tar.gz").write_bytes(_sdist(marker))
     monkeypatch.setenv("PIP_FIND_LINKS", f"{os.environ.get('PIP_FIND_LINKS', '')} {links}".strip())
-    _, remote, folder = _launch(tmp_path, {"requirements.txt": "probe-sdist==1.0\n"}, "req-sdist")
+    remote, folder = _launch(tmp_path, {"requirements.txt": "probe-sdist==1.0\n"}, "req-sdist")
     assert remote.status is RemoteStatus.FAILED
     assert remote.failure_reason.startswith("AlgorithmError: requirements.txt could not be installed: "
                                             "probe-sdist==1.0 has no wheel on the package index")
@@ -154,20 +185,24 @@ out="{out}"
 env > "$out/env.txt"
 ls /proc | grep -c '^[0-9]' > "$out/pids.txt"
 ls -A "{home}" > "$out/home-listing.txt"
-for path in "{home}/trainbot.db" "{home}/code" "/root"; do
+for path in "{home}/trainbot.db" "{home}/code" "{bot_home}/.netrc"; do
   [ -e "$path" ] && echo "$path" >> "$out/visible.txt"
 done
-touch "{home}/written-by-step" 2>/dev/null && echo home >> "$out/wrote.txt"
-touch "{runtime}/written-by-step" 2>/dev/null && echo runtime >> "$out/wrote.txt"
+touch "{home}/written-by-step" "{home}/local-jobs/written-by-step" "{runtime}/written-by-step" 2>/dev/null
+touch "$HOME/written-by-step"
 echo done > "$out/done.txt"
 """
 
 
 def test_what_runs_in_the_step_sees_no_secret_no_bot_home_and_writes_only_the_jobs_environment(
-    image_runtime: Runtime, tmp_path: Path, bot_env: None,
+    image_runtime: Runtime, tmp_path: Path, bot_env: None, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from jobs.backends.local.requirements import install_requirements
 
+    bot_home = tmp_path / "bot-home"  # the bot user's HOME, with a credential in it
+    bot_home.mkdir()
+    (bot_home / ".netrc").write_text(f"machine index login bot password {CANARY}\n")
+    monkeypatch.setenv("HOME", str(bot_home))
     home = tmp_path / "home"
     link_runtimes(home)
     (home / "trainbot.db").write_text(f"the store {CANARY}")
@@ -179,7 +214,7 @@ def test_what_runs_in_the_step_sees_no_secret_no_bot_home_and_writes_only_the_jo
     out.mkdir(parents=True)
     spy = folder.env_dir / "bin" / "python"  # where the step's Python is: the job's own environment
     spy.parent.mkdir(parents=True, exist_ok=True)
-    spy.write_text(SPY.format(out=out, home=home.resolve(), runtime=image_runtime.prefix))
+    spy.write_text(SPY.format(out=out, home=home.resolve(), runtime=image_runtime.prefix, bot_home=bot_home))
     spy.chmod(0o755)
     requirements = folder.path / "requirements.txt"
     requirements.write_text("tabulate==0.9.0\n")
@@ -189,7 +224,11 @@ def test_what_runs_in_the_step_sees_no_secret_no_bot_home_and_writes_only_the_jo
     assert CANARY not in seen and "SLACK_" not in seen and "TRAINBOT_" not in seen and "AWS_" not in seen
     assert f"HOME={folder.scratch_dir}" in seen
     assert not (out / "visible.txt").exists(), (out / "visible.txt").read_text()
-    assert not (out / "wrote.txt").exists(), (out / "wrote.txt").read_text()
+    # Nothing it wrote outside the job's environment and scratch folder reached the host (a path under /tmp may
+    # exist inside as the sandbox's own tmpfs, which goes with it); its HOME is the scratch folder.
+    written = {p.parent for p in tmp_path.rglob("written-by-step")} | \
+        {p.parent for p in image_runtime.prefix.rglob("written-by-step")}
+    assert written == {folder.scratch_dir}
     # Of TRAINBOT_HOME only the path to the job's own folder (and the runtimes' link) exists inside.
     assert set((out / "home-listing.txt").read_text().split()) <= {"local-jobs", "runtimes"}
     assert int((out / "pids.txt").read_text()) <= 5  # its own PID namespace: bwrap's, the shell's, ls and grep

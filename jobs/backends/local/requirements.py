@@ -73,8 +73,8 @@ def check_lines(text: str, wheels: Path | None = None) -> list[str]:
 def stage(requirements: Path, code: Path, dest: Path) -> Path:
     """``requirements`` (a file of the job's code folder ``code``) as the step installs it, written in ``dest``
     (the job's folder): each line naming a wheel of the code (a relative path to a regular ``.whl`` file inside
-    ``code``) rewritten to a copy in ``dest/wheels``; every other line as it was (``check_lines`` reads them).
-    BadInput (one sentence) for a wheel outside the code, a link, or a path that is no wheel."""
+    ``code``) rewritten to a copy in ``dest/wheels``; every other line as it was. BadInput (one sentence) for a
+    wheel outside the code, a link, a path that is no wheel, or a line check_lines refuses."""
     wheels = dest / "wheels"
     lines: list[str] = []
     for number, raw in enumerate(requirements.read_text(errors="replace").splitlines(), 1):
@@ -91,6 +91,7 @@ def stage(requirements: Path, code: Path, dest: Path) -> Path:
             lines.append(raw)
     staged = dest / "requirements.txt"
     staged.write_text("\n".join(lines) + "\n")
+    check_lines(staged.read_text(), wheels=wheels)  # refused at launch, before anything runs (the step checks again)
     return staged
 
 
