@@ -412,8 +412,12 @@ def _build_endpoints_and_registry(runtime: Runtime, aws_session: Any) -> None:
     backend: EndpointBackend | None = None
     if runtime.backend.name == "local":
         from jobs.backends.local.endpoints import LocalEndpoints
+        from jobs.backends.local.sandbox import Sandbox
 
-        backend = LocalEndpoints(settings.trainbot_home, runtime.clock)
+        # A team's inference handler runs as sandboxed as its training, and unsandboxed only where that may.
+        sandbox = getattr(runtime.backend, "sandbox", None) or Sandbox(settings.trainbot_local_sandbox)
+        backend = LocalEndpoints(settings.trainbot_home, runtime.clock, sandbox=sandbox,
+                                 handler_unsandboxed=bool(getattr(runtime.backend, "own_code_unsandboxed", False)))
     elif runtime.backend.name == "sagemaker":
         from jobs.backends.sagemaker.endpoints import SageMakerEndpoints, from_settings
         from jobs.backends.sagemaker.registry import SageMakerRegistry

@@ -30,13 +30,19 @@ from pathlib import Path
 from typing import Any
 
 from jobs.backends.local.environment import base_environment
+from jobs.backends.local.interpreter import Interpreter
 from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
+from jobs.backends.local.sandbox import JobMounts, Sandbox, sandbox_environment
 from jobs.backends.local.state import tail_lines
 from jobs.clock import Clock
 from jobs.endpoints.port import DeployRequest, EndpointAccess, RemoteEndpoint, UpdateRequest
 from jobs.errors import BackendError, BadInput, NotFound
 
 logger = logging.getLogger(__name__)
+
+#: The bot's ``jobs`` package, which the server is part of: read-only in a sandboxed server.
+_PACKAGE = Path(__file__).resolve().parents[2]
+_SANDBOX_PROGRAMS = ("bwrap",)
 
 SERVER_MODULE = "jobs.backends.local.endpoint_server"
 SIGHUP = int(signal.SIGHUP)  # the server reads serving.json and swaps its model
@@ -56,11 +62,17 @@ class LocalEndpoints:
         *,
         runner: ProcessRunner | None = None,
         python: str = sys.executable,
+        sandbox: Sandbox | None = None,
+        handler_unsandboxed: bool = False,
     ) -> None:
         self._root = Path(home).resolve() / "local-endpoints"
         self._clock = clock
         self._runner = runner or SubprocessRunner()
         self._python = python
+        # A team's inference handler is other people's code: it runs in bwrap, as their training does; without a
+        # working sandbox only the console (one person on their own machine) may run it.
+        self._sandbox = sandbox or Sandbox()
+        self._handler_unsandboxed = handler_unsandboxed
         self._spawned: set[int] = set()  # between fork and exec a child still shows our own command line
         self._local = (
             threading.local()
@@ -80,10 +92,11 @@ class LocalEndpoints:
             raise BackendError(
                 f"A local endpoint named {request.name} is already running: `/undeploy {request.name}` first."
             )
+        handler = self._handler_arguments(request, model)
+        isolated = bool(handler) and self._sandbox_for_handler()
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        argv = [self._python, "-m", SERVER_MODULE, "--model", str(model), "--task", request.task,
-                *self._handler_arguments(request, model)]
+        argv = [self._python, "-m", SERVER_MODULE, "--model", str(model), "--task", request.task, *handler]
         argv += ["--state", str(folder / "server.json"), "--config", request.name]
         argv += ["--serving", str(folder / "serving.json")]
         _write_json(folder / "configs.json", {request.name: {"model": str(model), "task": request.task}})
@@ -93,6 +106,8 @@ class LocalEndpoints:
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
         }
+        if isolated:
+            argv, env = self._sandboxed(argv, env, folder, model, Path(handler[1]))
         try:
             pid = self._runner.spawn(argv, env=env, cwd=folder, log_path=folder / "server.log")
             self._spawned.add(pid)
@@ -103,11 +118,38 @@ class LocalEndpoints:
             "name": request.name,
             "model": str(model),
             "task": request.task,
+            "handler": bool(handler),
+            "sandboxed": isolated,
             "pid": pid,
             "created_at": self._clock.now().isoformat(),
         }
         (folder / "endpoint.json").write_text(json.dumps(record, indent=1))
         logger.info("started local endpoint %s (pid %d) for %s", request.name, pid, model)
+
+    def _sandbox_for_handler(self) -> bool:
+        """Whether a team's handler runs sandboxed here; BadInput (one sentence) where it may not run at all."""
+        if self._sandbox.active():
+            return True
+        if self._handler_unsandboxed:
+            return False
+        raise BadInput(
+            "A team's inference handler (entry_point=, or code/inference.py in the model) runs on this bot's local "
+            f"backend only inside a bubblewrap sandbox, and here {self._sandbox.unsandboxed_reason()}: install "
+            "bubblewrap and set TRAINBOT_LOCAL_SANDBOX=auto, or deploy without a handler."
+        )
+
+    def _sandboxed(self, argv: list[str], env: dict[str, str], folder: Path, model: Path,
+                   handler: Path) -> tuple[list[str], dict[str, str]]:
+        """The server in bwrap: the bot's interpreter, its ``jobs`` package (the server's own code), the model
+        and the handler's folder read-only; its endpoint folder writable (its state file, HOME and temporary
+        files); the host's network, as the bot reaches the server on loopback. No store, no bot home, no other
+        job or endpoint, and its own PID namespace. Not tied to the bot's life: the server outlives a restart."""
+        scratch = folder / "scratch"
+        scratch.mkdir()
+        readable = (*Interpreter.of(self._python).read_only_paths(), _PACKAGE, model, handler)
+        mounts = JobMounts(folder, (folder,), readable, network=True, cwd=folder)
+        wrapped = [*self._sandbox.arguments(mounts, die_with_parent=False), "--", *argv]
+        return wrapped, sandbox_environment(env, scratch)
 
     def _handler_arguments(self, request: DeployRequest, model: Path) -> list[str]:
         """``--handler DIR``: the team's inference.py (entry_point=, checked out at the job's commit), or the
@@ -149,6 +191,10 @@ class LocalEndpoints:
         if pid is None or not self._alive(folder):
             raise BackendError(f"Local endpoint {request.endpoint} is not running: `/undeploy "
                                f"{request.endpoint}` and deploy again.")
+        if _read_json(folder / "endpoint.json").get("handler"):
+            raise BackendError(f"Local endpoint {request.endpoint} serves a team's inference handler, which a local "
+                               "endpoint does not swap in place: deploy the new job with its entry_point= under "
+                               "another name.")
         configs = _read_json(folder / "configs.json")
         if request.model is not None:
             model = Path(request.model.model_data)
@@ -162,7 +208,7 @@ class LocalEndpoints:
             raise BackendError(f"Local endpoint {request.endpoint} has no config {request.config_name} to go "
                                "back to.")
         _write_json(folder / "serving.json", {"config": request.config_name, **wanted})
-        self._runner.signal_group(pid, SIGHUP)
+        self._runner.signal_group(pid, SIGHUP, spare=_SANDBOX_PROGRAMS)  # bwrap itself would die of it
         logger.info("local endpoint %s: swapping to %s (%s)", request.endpoint, request.config_name, wanted["model"])
 
     def _failure(self, folder: Path) -> str:

@@ -112,8 +112,11 @@ class Sandbox:
             raise ValueError("expected WRAPPER_PYTHON WRAPPER EXIT_FILE -- COMMAND ...")
         return [*argv[:4], *self.arguments(mounts), "--", *argv[4:]]
 
-    def arguments(self, mounts: JobMounts) -> list[str]:
-        args = [self._executable, "--die-with-parent", *_NAMESPACES, "--cap-drop", "ALL", "--hostname", _HOSTNAME]
+    def arguments(self, mounts: JobMounts, *, die_with_parent: bool = True) -> list[str]:
+        """bwrap's arguments for ``mounts``; ``die_with_parent``: gone with the process that started it (a job's
+        wrapper), or not (a detached endpoint server that outlives a bot restart)."""
+        args = [self._executable, *(["--die-with-parent"] if die_with_parent else []), *_NAMESPACES, "--cap-drop",
+                "ALL", "--hostname", _HOSTNAME]
         if not mounts.network:
             args.append("--unshare-net")
         args += _system_mounts()

@@ -190,6 +190,16 @@ class LocalBackend:
             return f"{own_code_note(plan, run, self._runtimes)}; {isolation}"
         return f"{run.note()}; {local_container.RUNNER_LABELS[self._runner_kind(self._python)]}; {isolation}"
 
+    @property
+    def sandbox(self) -> Sandbox:
+        """How this backend isolates other people's code (its endpoints' handlers use the same)."""
+        return self._sandbox
+
+    @property
+    def own_code_unsandboxed(self) -> bool:
+        """Whether other people's code may run here without the sandbox (the console, the demo)."""
+        return self._own_code_unsandboxed
+
     def own_code_refusal(self) -> str | None:
         """The sentence own code (code=) is refused with here, before anything is recorded: on serve and the
         CLI it runs only sandboxed; None where it may run."""
