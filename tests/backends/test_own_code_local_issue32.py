@@ -8,6 +8,7 @@ has it. Plus the one-sentence refusals and failures around it, without training.
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from jobs.backends.local import status as local_status
 from jobs.backends.local.offline_assets import write_imdb_jsonl
 from jobs.backends.local.requirements import check_lines, install_failure
 from jobs.backends.local.runtime import Runtime
+from jobs.backends.local.scaling import LocalLimits
 from jobs.backends.local.state import JobFolder, JobState
 from jobs.backends.local.training_jobs import LocalBackend
 from jobs.clock import SystemClock
@@ -169,3 +171,42 @@ def local_now():  # noqa: ANN201
     from datetime import datetime, timezone
 
     return datetime.now(timezone.utc)
+
+
+#: A plain DDP script as written for the image's GPUs: it asks torch.distributed for NCCL itself.
+NCCL_SCRIPT = '''\
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("nccl")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([rank + 1.0])
+dist.all_reduce(total)
+print(f"rank={rank}/world={world}/backend={dist.get_backend()}/sum={total.item():g}", flush=True)
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_ddp_script_asking_for_nccl_runs_the_processes_the_card_says_over_gloo(
+    image_runtime: Runtime, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    link_runtimes(home)
+    repo = make_repo(tmp_path / "git", "team")
+    commit = repo.commit({"ddp.py": NCCL_SCRIPT})
+    spec = parse_command(f"code=git+{repo.url}@main entry=ddp.py distribution=ddp instance_type=ml.g5.12xlarge "
+                         "transformers_version=4.28.1").model_copy(update={"code_commit": commit})
+    plan = build_plan(spec, bucket="", lineage_id="nccl")
+    backend = LocalBackend(home, clock=SystemClock(), own_code_unsandboxed=True,
+                           limits=LocalLimits(max_processes=2))
+    note = backend.scaling_note(plan) or ""
+    assert "torch_distributed (4 processes on SageMaker) runs as 2 processes under torchrun (gloo)" in note
+    assert "NCCL runs as gloo" in note
+    backend.launch("nccl-1", plan)
+    remote = _until_ended(backend, "nccl-1")
+    log = (home / "local-jobs" / "nccl-1" / "logs" / "train.log").read_text()
+    assert remote.status is RemoteStatus.COMPLETED, log[-4000:]  # type: ignore[attr-defined]
+    said = sorted(re.findall(r"rank=\d/world=\d/backend=\w+/sum=\d+", log))  # two processes may share a line
+    assert said == ["rank=0/world=2/backend=gloo/sum=3", "rank=1/world=2/backend=gloo/sum=3"], log[-3000:]

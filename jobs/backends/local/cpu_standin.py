@@ -47,13 +47,19 @@ def _wrap_backend(function):
             args = (_gloo(args[0]),) + tuple(args[1:])
         return function(*args, **kwargs)
     wrapper.__wrapped__ = function
+    wrapper._trainbot_standin = True
     return wrapper
+
+
+def _ours(function):
+    # Our own mark, not __wrapped__: torch's own decorators (functools.wraps) set that one.
+    return getattr(function, "_trainbot_standin", False)
 
 
 def _patch_c10d(module):
     for name in ("init_process_group", "new_group"):
         original = getattr(module, name, None)
-        if original is None or getattr(original, "__wrapped__", None) is not None:
+        if original is None or _ours(original):
             continue
         if name == "new_group":
             def new_group(*args, _original=original, **kwargs):
@@ -63,6 +69,7 @@ def _patch_c10d(module):
                     args = tuple(args[:2]) + (_gloo(args[2]),) + tuple(args[3:])
                 return _original(*args, **kwargs)
             new_group.__wrapped__ = original
+            new_group._trainbot_standin = True
             setattr(module, name, new_group)
         else:
             setattr(module, name, _wrap_backend(original))
@@ -71,7 +78,7 @@ def _patch_c10d(module):
 def _patch_training_arguments(module):
     cls = getattr(module, "TrainingArguments", None)
     original = getattr(cls, "__post_init__", None)
-    if cls is None or original is None or getattr(original, "__wrapped__", None) is not None:
+    if cls is None or original is None or _ours(original):
         return
 
     def post_init(self, *args, **kwargs):
@@ -90,6 +97,7 @@ def _patch_training_arguments(module):
         return original(self, *args, **kwargs)
 
     post_init.__wrapped__ = original
+    post_init._trainbot_standin = True
     cls.__post_init__ = post_init
 
 
