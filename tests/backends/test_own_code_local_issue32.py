@@ -210,3 +210,31 @@ def test_a_ddp_script_asking_for_nccl_runs_the_processes_the_card_says_over_gloo
     assert remote.status is RemoteStatus.COMPLETED, log[-4000:]  # type: ignore[attr-defined]
     said = sorted(re.findall(r"rank=\d/world=\d/backend=\w+/sum=\d+", log))  # two processes may share a line
     assert said == ["rank=0/world=2/backend=gloo/sum=3", "rank=1/world=2/backend=gloo/sum=3"], log[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_trainer_script_under_ddp_trains_on_the_cpu_as_two_processes(image_runtime: Runtime, tmp_path: Path) -> None:
+    """The image's Trainer under torchrun asks for NCCL itself (TrainingArguments on a GPU machine): the stand-in
+    makes its arguments the CPU's, and both processes train."""
+    home, data = tmp_path / "home", tmp_path / "data"
+    link_runtimes(home)
+    model = _model_saved_by_transformers5(data / "team-model")
+    train, test = save_channels(image_runtime.python, write_imdb_jsonl(data / "raw", 64, seed=5), data / "imdb",
+                                train=32, test=32)
+    repo = make_repo(tmp_path / "git", "team")
+    commit = repo.commit({"train.py": STRICT_HF_PARSER})
+    spec = parse_command(f"code=git+{repo.url}@main entry=train.py train_data={train} test_data={test} "
+                         f"hp.model_id={model} hp.epochs=1 hp.train_batch_size=8 distribution=ddp "
+                         "instance_type=ml.g5.12xlarge transformers_version=4.28.1").model_copy(
+        update={"code_commit": commit, "model": None})
+    plan = build_plan(spec, bucket="", lineage_id="ddp")
+    backend = LocalBackend(home, clock=SystemClock(), own_code_unsandboxed=True, data_roots=(data,),
+                           limits=LocalLimits(max_processes=2))
+    backend.launch("ddp-1", plan)
+    remote = _until_ended(backend, "ddp-1")
+    log = (home / "local-jobs" / "ddp-1" / "logs" / "train.log").read_text()
+    assert remote.status is RemoteStatus.COMPLETED, log[-4000:]  # type: ignore[attr-defined]
+    assert "torchrun --nnodes 1 --nproc_per_node 2 train.py" in log
+    assert "eval_accuracy" in remote.final_metrics  # type: ignore[attr-defined]
+    assert (home / "local-jobs" / "ddp-1" / "model" / "config.json").is_file()
