@@ -106,7 +106,7 @@ def _launch(tmp_path: Path, files: dict[str, str | bytes], name: str) -> tuple[R
         ended[:] = [backend.describe(name)]
         return ended[0].status.is_terminal()
 
-    wait_for(done, f"{name} to end", seconds=600)
+    wait_for(done, f"{name} to end")
     return ended[0], home / "local-jobs" / name
 
 
