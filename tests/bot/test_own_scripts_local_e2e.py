@@ -155,7 +155,9 @@ def test_a_spot_script_is_reclaimed_mid_epoch_and_resumes_from_its_checkpoint(
     assert first["reason"] == "MaxWaitTimeExceeded"
     assert resumed["resumed_from_step"] == saved_at_kill
     assert resumed["steps_redone"] == reached_at_kill - saved_at_kill
-    assert f"continuing training from checkpoint {checkpoints}/checkpoint-{saved_at_kill}" in second
+    # The script's own default (--output_dir /opt/ml/checkpoints): the lineage's checkpoint folder is there, in
+    # the sandbox as in SageMaker's container, with what the first attempt saved.
+    assert f"continuing training from checkpoint /opt/ml/checkpoints/checkpoint-{saved_at_kill}" in second
     assert any(f"{lineage}-2 resumed from the checkpoint at step {saved_at_kill}" in line and
                f"{reached_at_kill - saved_at_kill} steps trained after it" in line for line in team.thread())
     text = trainbot(team.env, "status", lineage).stdout

@@ -58,6 +58,9 @@ class JobMounts:
     network: bool  # the host's network (hub downloads); otherwise a network namespace with loopback only
     cwd: Path
     hosts: Path | None = None  # /etc/hosts inside (`hosts_file`); the host's own when None
+    # The job's folders again where SageMaker's container has them (source, path inside, writable): a script
+    # that names /opt/ml/model or /opt/ml/checkpoints itself (a default, not an argument) finds them there.
+    container: tuple[tuple[Path, str, bool], ...] = ()
 
 
 class Sandbox:
@@ -129,6 +132,8 @@ class Sandbox:
         args += ["--ro-bind", str(mounts.folder), str(mounts.folder)]
         for path in _outermost(mounts.writable):
             args += ["--bind", str(path), str(path)]
+        for source, inside, writable in mounts.container:
+            args += ["--bind" if writable else "--ro-bind", str(source), inside]
         # The root is bwrap's own tmpfs, with the folders it made for the mounts: read-only too.
         args += ["--remount-ro", "/", "--chdir", str(mounts.cwd)]
         return args
@@ -159,7 +164,29 @@ def job_mounts(
     writable = (folder.code_dir, folder.model_dir, folder.output_dir.parent, folder.env_dir, folder.scratch_dir,
                 folder.input_data_dir, checkpoints)
     hosts = hosts_file(folder.path / "sandbox-hosts")
-    return JobMounts(folder.path, writable, tuple(readable), network, cwd=folder.code_dir, hosts=hosts)
+    return JobMounts(folder.path, writable, tuple(readable), network, cwd=folder.code_dir, hosts=hosts,
+                     container=container_tree(folder, checkpoints))
+
+
+#: SageMaker's training container tree.
+CONTAINER_ROOT = "/opt/ml"
+
+
+def container_tree(folder: JobFolder, checkpoints: Path) -> tuple[tuple[Path, str, bool], ...]:
+    """The job's folders at ``/opt/ml`` inside the sandbox, as the training image lays them out: the model, the
+    output, the code, the input (its config read-only, its channels' data writable as the job's own copies) and
+    the lineage's checkpoint folder (which SageMaker fills from checkpoint_s3_uri)."""
+    tree = (
+        (folder.model_dir, f"{CONTAINER_ROOT}/model", True),
+        (folder.output_dir.parent, f"{CONTAINER_ROOT}/output", True),
+        (folder.code_dir, f"{CONTAINER_ROOT}/code", True),
+        (folder.config_dir, f"{CONTAINER_ROOT}/input/config", False),
+        (folder.input_data_dir, f"{CONTAINER_ROOT}/input/data", True),
+        (checkpoints, f"{CONTAINER_ROOT}/checkpoints", True),
+    )
+    for source, _, _ in tree:
+        source.mkdir(parents=True, exist_ok=True)  # bwrap binds only what exists
+    return tree
 
 
 def hosts_file(path: Path) -> Path:
