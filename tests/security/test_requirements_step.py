@@ -18,6 +18,7 @@ from __future__ import annotations
 import http.server
 import io
 import os
+import sys
 import tarfile
 import threading
 import uuid
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from jobs.backends.local.first_step import FirstStep
 from jobs.backends.local.runtime import Runtime
 from jobs.backends.local.sandbox import Sandbox
 from jobs.backends.local.state import JobFolder
@@ -207,10 +209,10 @@ def test_what_runs_in_the_step_sees_no_secret_no_bot_home_and_writes_only_the_jo
     home = tmp_path / "home"
     link_runtimes(home)
     (home / "trainbot.db").write_text(f"the store {CANARY}")
-    backend = LocalBackend(home, clock=SystemClock())
     folder = JobFolder(home / "local-jobs", "req-spy")
     folder.path.mkdir(parents=True)
-    install = backend._install_step(folder, image_runtime, isolated=True)  # the step as a launch sets it up
+    # The step as a launch sets it up (the backend's FirstStep), with the sandbox the bot runs jobs in.
+    install = FirstStep(home, sys.executable, Sandbox()).install(folder, image_runtime, isolated=True)
     out = folder.scratch_dir / "report"
     out.mkdir(parents=True)
     spy = folder.env_dir / "bin" / "python"  # where the step's Python is: the job's own environment

@@ -13,7 +13,6 @@ this machine, in `local_scaling`; process handling, in `local_runner`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -33,14 +32,12 @@ from jobs.backends.local.code import (
     runnable_source,
     save_metric_definitions,
 )
-from jobs.backends.local.environment import base_environment
+from jobs.backends.local.first_step import FirstStep
 from jobs.backends.local.interpreter import Interpreter, layered_environment
 from jobs.backends.local.job_python import JobPython, own_code_note
-from jobs.backends.local.requirements import index_options
-from jobs.backends.local.requirements import stage as stage_requirements
 from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
-from jobs.backends.local.runtime import ImageRuntimes, Runtime
-from jobs.backends.local.sandbox import JobMounts, Sandbox, job_mounts, sandbox_environment
+from jobs.backends.local.runtime import ImageRuntimes
+from jobs.backends.local.sandbox import Sandbox, job_mounts, sandbox_environment
 from jobs.backends.local.scaling import (
     LocalLimits,
     check_own_channels,
@@ -68,7 +65,6 @@ logger = logging.getLogger(__name__)
 STOP_GRACE_SECONDS = 120
 _JOB_NAME = re.compile(r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$")  # SageMaker's TrainingJobName rule
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-PREPARE_MODULE = "jobs.backends.local.prepare"
 
 
 class LocalBackend:
@@ -323,52 +319,12 @@ class LocalBackend:
                                 network=not offline)
             argv, env = self._sandbox.command(argv, mounts), sandbox_environment(env, folder.scratch_dir)
         if job_python.runtime is not None:
-            argv, env = self._prepared(folder, job_python.runtime, Path(source.source_dir), argv, env,
-                                       isolated=isolated)
+            argv, env = FirstStep(self._home, self._python, self._sandbox).command(
+                folder, job_python.runtime, Path(source.source_dir), argv, env, isolated=isolated)
         state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
         folder.save(state)
         logger.info("launched local job %s (pid %s, %d threads a process): %s", folder.name, state.pid, threads,
                     state.note)
-
-    def _prepared(self, folder: JobFolder, runtime: Runtime, source: Path, argv: list[str], env: dict[str, str],
-                  *, isolated: bool) -> tuple[list[str], dict[str, str]]:
-        """The job's command behind its first step (prepare.py): the runtime built when it is not yet, the job's
-        environment layered on it, requirements.txt installed; then the job. The wrapper and that step are the
-        bot's own code and run on the bot's Python, with the allowlisted environment and this machine's pip
-        settings (the build reads them); the job keeps its own environment."""
-        wrapper, command = argv[:4], argv[4:]
-        wrapper[0] = self._python  # the job's own Python does not exist until the first step layers it
-        plan: dict[str, Any] = {
-            "image": runtime.image.key, "home": str(self._home), "base_python": self._python,
-            "env_dir": str(folder.env_dir), "command": command, "job_env": env,
-        }
-        requirements = source / "requirements.txt"
-        if requirements.is_file():  # its lines checked by the step; the code's own wheels copied beside it now
-            plan["requirements"] = str(stage_requirements(requirements, source, folder.path))
-            plan["install"] = self._install_step(folder, runtime, isolated=isolated)
-        plan_file = folder.path / "prepare.json"
-        plan_file.write_text(json.dumps(plan, indent=1))
-        step_env = base_environment(self._python)
-        step_env.update({k: v for k, v in os.environ.items() if k.startswith("PIP_")})
-        step_env["PYTHONUNBUFFERED"] = "1"
-        return [*wrapper, self._python, "-m", PREPARE_MODULE, str(plan_file)], step_env
-
-    def _install_step(self, folder: JobFolder, runtime: Runtime, *, isolated: bool) -> dict[str, Any]:
-        """How requirements.txt is installed: the configured index as explicit options, and (sandboxed) bwrap
-        with the host's network, the job's environment writable and the runtime, the system and the index's
-        local folders read-only (requirements.py)."""
-        index = index_options(Path(self._python))
-        install: dict[str, Any] = {"index": index, "scratch": str(folder.scratch_dir)}
-        if isolated:
-            local_index = [Path(v.removeprefix("file://")) for v in index if v.startswith(("file://", "/"))]
-            mounts = JobMounts(folder.path, (folder.env_dir, folder.scratch_dir),
-                               (*Interpreter.planned(runtime.prefix, Interpreter.of(self._python)).read_only_paths(),
-                                _made(runtime.prefix.parent), *local_index, _made(folder.path / "wheels")),
-                               network=True, cwd=folder.scratch_dir)
-            folder.env_dir.mkdir(parents=True, exist_ok=True)
-            folder.scratch_dir.mkdir(parents=True, exist_ok=True)
-            install["sandbox"] = self._sandbox.arguments(mounts)
-        return install
 
     def _running_processes(self) -> int:
         """The training processes of the local jobs running now (their cores are taken)."""
