@@ -425,9 +425,12 @@ def _build_endpoints_and_registry(runtime: Runtime, aws_session: Any) -> None:
         from jobs.backends.local.endpoints import LocalEndpoints
         from jobs.backends.local.sandbox import Sandbox
 
-        # The model server runs in the jobs' sandbox: a model folder is other people's data.
-        sandbox = Sandbox(settings.trainbot_local_sandbox, job_uid=settings.trainbot_local_job_uid)
-        backend = LocalEndpoints(settings.trainbot_home, runtime.clock, sandbox=sandbox)
+        # The model server runs in the jobs' sandbox (a model folder is other people's data), a team's inference
+        # handler too, and that unsandboxed only where the backend's own code may run so (the console).
+        sandbox = getattr(runtime.backend, "sandbox", None) or Sandbox(
+            settings.trainbot_local_sandbox, job_uid=settings.trainbot_local_job_uid)
+        backend = LocalEndpoints(settings.trainbot_home, runtime.clock, sandbox=sandbox,
+                                 handler_unsandboxed=bool(getattr(runtime.backend, "own_code_unsandboxed", False)))
     elif runtime.backend.name == "sagemaker":
         from jobs.backends.sagemaker.endpoints import SageMakerEndpoints, from_settings
         from jobs.backends.sagemaker.registry import SageMakerRegistry

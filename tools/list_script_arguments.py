@@ -7,8 +7,8 @@ transformers' `TrainingArguments`, whose fields differ between 4.28 (the SageMak
 (training/compat.py maps the renamed ones). Run it with each interpreter after tools/lock.sh moves transformers
 or after editing the scripts' arguments:
 
-    .venv/bin/python tools/list_script_arguments.py --write        # the locked transformers 5.x
-    .venv-runtimes/runtimes/transformers4.28.1-pt2.0.0-py310/bin/python tools/list_script_arguments.py --write  # 4.28.1
+    .venv/bin/python tools/list_script_arguments.py --write        # transformers 5.x
+    .venv-runtimes/runtimes/transformers4.28.1-pt2.0.0-py310-*/bin/python tools/list_script_arguments.py --write  # 4.28.1 (the folder is named by a digest of what it installs)
 
 Without --write it prints this interpreter's entry as JSON; tests/training/test_script_argument_names.py
 compares that with the file. Needs only the standard library, transformers and training/.

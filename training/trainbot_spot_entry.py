@@ -1,10 +1,11 @@
-"""trainbot's entry for a managed-spot job that runs a team's own script (shipped beside that script).
+"""trainbot's entry for a team's own script that asked for checkpoints on the clock (``checkpoint_minutes=``),
+shipped beside that script; the script gets exactly the arguments that were typed.
 
-The plan points the script's ``--output_dir`` at ``/opt/ml/checkpoints``: SageMaker syncs that folder with the
-lineage's ``checkpoint_s3_uri`` and copies it back after an interruption, so a Trainer-based script (the
-article's ``run_qa.py`` among them) finds its newest ``checkpoint-N`` there and resumes by itself. What the
-script saves there when it ends is the final model; SageMaker uploads only ``/opt/ml/model``, so this entry
-copies it there afterwards.
+Where the script's Trainer saves (its ``output_dir``) is the script's choice: a script given
+``--output_dir /opt/ml/checkpoints`` (as the public spot examples do) saves where SageMaker syncs with the
+lineage's ``checkpoint_s3_uri`` and copies back after an interruption, so it finds its newest ``checkpoint-N``
+there and resumes by itself. What the script leaves in that folder when it ends is the final model; SageMaker
+uploads only ``/opt/ml/model``, so this entry copies it there afterwards (nothing when they are the same).
 
 The script runs in this process (``runpy``), not as a child: under torchrun or MPI every rank is this process,
 with the launcher's environment, exactly as if the script had been the entry point.
@@ -32,19 +33,25 @@ USER_ENTRY_ENV = "TRAINBOT_USER_ENTRY"
 CHECKPOINT_MINUTES_ENV = "TRAINBOT_CHECKPOINT_MINUTES"
 FURTHEST_FILE = "trainbot-furthest-step.json"
 PROGRESS_EVERY_S = 10.0
-DEFAULT_OUTPUT_DIR = "/opt/ml/checkpoints"
 DEFAULT_MODEL_DIR = "/opt/ml/model"
 _RANK_VARIABLES = ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
-def output_dir(argv: list[str]) -> Path:
-    """The script's ``--output_dir`` (``--output_dir X`` or ``--output_dir=X``)."""
+#: The output_dir of each Trainer the script trained with (the clock callback records it at train begin).
+TRAINED_IN: list[Path] = []
+
+
+def output_dir(argv: list[str]) -> Path | None:
+    """Where the script's Trainer saved: the folder its callback saw, else its ``--output_dir`` argument
+    (``--output_dir X`` or ``--output_dir=X``); None when neither says."""
+    if TRAINED_IN:
+        return TRAINED_IN[-1]
     for index, arg in enumerate(argv):
         if arg == "--output_dir" and index + 1 < len(argv):
             return Path(argv[index + 1])
         if arg.startswith("--output_dir="):
             return Path(arg.split("=", 1)[1])
-    return Path(DEFAULT_OUTPUT_DIR)
+    return None
 
 
 def is_rank_zero() -> bool:
@@ -55,10 +62,10 @@ def is_rank_zero() -> bool:
     return True
 
 
-def copy_final_model(source: Path, model_dir: Path) -> list[str]:
+def copy_final_model(source: Path | None, model_dir: Path) -> list[str]:
     """Everything the script left at the top of ``source`` except its ``checkpoint-N`` folders."""
     copied: list[str] = []
-    if not source.is_dir() or source.resolve() == model_dir.resolve():
+    if source is None or not source.is_dir() or source.resolve() == model_dir.resolve():
         return copied
     model_dir.mkdir(parents=True, exist_ok=True)
     for item in sorted(source.iterdir()):
@@ -112,6 +119,7 @@ def make_clock_callback(base: type, minutes: float) -> type:
         def on_train_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN003, ANN201
             self.last_save = time.monotonic()
             self.agreement.join()
+            TRAINED_IN.append(Path(args.output_dir))
             if not state.is_world_process_zero:
                 return control
             folder = Path(args.output_dir)

@@ -308,6 +308,20 @@ def unpack_file(archive: Path, dest: Path, limits: ArchiveLimits, *, what: str) 
 
 # ---------------------------------------------------------------- walking a tree we are about to copy or pack
 
+#: What a checkout or a working folder gathers that is not code: Python's caches, editors' and notebooks'
+#: leftovers, the tools' caches. Never uploaded, never unpacked into a job (SageMaker and the local backend).
+DEBRIS_NAMES = frozenset({
+    "__pycache__", ".DS_Store", ".ipynb_checkpoints", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".git",
+    ".hg", ".svn", ".tox", ".nox", ".venv", "Thumbs.db",
+})
+DEBRIS_SUFFIXES = (".pyc", ".pyo", ".swp", "~")
+
+
+def is_debris(name: str) -> bool:
+    """Whether an entry named ``name`` is debris (DEBRIS_NAMES, DEBRIS_SUFFIXES), not code."""
+    return name in DEBRIS_NAMES or name.endswith(DEBRIS_SUFFIXES)
+
+
 
 def walk_tree(
     source: Path, limits: ArchiveLimits, *, what: str, skip: Callable[[str], bool] = lambda name: False
@@ -345,11 +359,13 @@ def walk_tree(
                                      "may hold only regular files and folders")
 
 
-def copy_tree(source: Path, dest: Path, limits: ArchiveLimits, *, what: str) -> None:
+def copy_tree(
+    source: Path, dest: Path, limits: ArchiveLimits, *, what: str, skip: Callable[[str], bool] = lambda name: False
+) -> None:
     """``source``'s folders and files into ``dest`` (which may exist), refusing links rather than following
-    them: a folder that links to itself can never make a copy grow."""
+    them: a folder that links to itself can never make a copy grow. ``skip``: names left out (is_debris)."""
     dest.mkdir(parents=True, exist_ok=True)
-    for relative, info in walk_tree(source, limits, what=what):
+    for relative, info in walk_tree(source, limits, what=what, skip=skip):
         target = dest.joinpath(*relative.parts)
         if stat.S_ISDIR(info.st_mode):
             target.mkdir(exist_ok=True)

@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from jobs.backends.archives import ArchiveLimits, ArchiveRefused, copy_tree, megabytes, unpack
+from jobs.backends.archives import (
+    ArchiveLimits,
+    ArchiveRefused,
+    copy_tree,
+    is_debris,
+    megabytes,
+    unpack,
+    walk_tree,
+)
 from jobs.errors import BackendError, SpecError, TrainbotError
 from jobs.file_lock import exclusive_lock
 from jobs.planning.own_code import USER_ENTRY_ENV, display, is_full_commit
@@ -389,15 +397,17 @@ class CodeMaterializer:
                 raise SpecError(f"The code has no {user_entry} under {source_dir}: check entry= against the repository.")
         return RunnableSource(str(folder), entry, env)
 
-    def _staged(self, folder: Path, extras: list[Path]) -> Path:
-        """A copy of ``folder`` with the extra files beside its contents (the SDK's ``dependencies``)."""
-        key = _hash("|".join([str(folder), *(f"{p}:{p.stat().st_mtime_ns}" for p in extras)]))
+    def _staged(self, folder: Path, extras: list[Path], *, key: str | None = None) -> Path:
+        """A copy of ``folder`` without its debris, with the extra files beside its contents (the SDK's
+        ``dependencies``)."""
+        key = key or _hash("|".join([str(folder), *(f"{p}:{p.stat().st_mtime_ns}" for p in extras)]))
         staged = Path(self.home).resolve() / "code" / "staged" / key
         with exclusive_lock(staged.with_suffix(".lock")):
             if not _complete(staged).is_file():
                 tmp = Path(tempfile.mkdtemp(dir=_made(staged.parent), prefix=".tmp-"))
                 try:
-                    copy_tree(folder, tmp, self.limits, what="The code")  # links refused, never followed
+                    # Links refused, never followed; debris (caches, leftovers) is not code and stays behind.
+                    copy_tree(folder, tmp, self.limits, what="The code", skip=is_debris)
                     for extra in extras:  # the bot's own files (the spot entry)
                         shutil.copy2(extra, tmp / extra.name)
                     shutil.rmtree(staged, ignore_errors=True)
@@ -406,6 +416,25 @@ class CodeMaterializer:
                     shutil.rmtree(tmp, ignore_errors=True)
                 _complete(staged).write_text("")
         return staged
+
+
+    def without_debris(self, folder: Path) -> Path:
+        """``folder`` as the code to upload: itself when it holds no debris (is_debris), else a clean copy kept
+        under ``code/staged`` by what it holds. The SDK tars source_dir whole; a checkout, the bot's own
+        training/ and a team's working tree gather ``__pycache__`` and the like, which is no part of the code."""
+        found: list[str] = []
+
+        def skip(name: str) -> bool:
+            if is_debris(name):
+                found.append(name)
+                return True
+            return False
+
+        kept = [(str(rel), info.st_size, info.st_mtime_ns)
+                for rel, info in walk_tree(folder, self.limits, what="The code", skip=skip)]
+        if not found:
+            return folder
+        return self._staged(folder, [], key=_hash(f"{folder}|{kept}"))
 
 
 def _inside(tree: Path, source_dir: str) -> Path:
@@ -420,3 +449,28 @@ def _inside(tree: Path, source_dir: str) -> Path:
 def _made(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def handler_folder(home: Path, handler: Any, *, s3: Callable[[], Any] | None = None) -> Path:
+    """The folder of a team's inference handler (``jobs.endpoints.port.InferenceCode``): ``handler.folder`` in
+    the job's code at its pinned commit (the training entry's folder when it names none), without debris; the
+    handler file must be there."""
+    limits = ArchiveLimits()
+    code = CodeMaterializer(Path(home), GitCodeSources(Path(home), limits=limits),
+                            S3Tarballs(Path(home), s3, limits=limits) if s3 else None, limits=limits)
+    estimator = dict(handler.code)
+    root_dir = str(estimator.get("source_dir", "."))
+    if handler.folder:  # a folder of the repository (or tarball), not of the training entry's
+        estimator["source_dir"] = handler.folder if "git_config" in estimator else root_dir
+    estimator["entry_point"] = handler.entry_point
+    if "git_config" not in estimator and str(estimator.get("source_dir", "")).startswith("s3://"):
+        folder = code.tarballs.fetch(str(estimator["source_dir"])) if code.tarballs else None
+        if folder is None:
+            raise BackendError("This backend cannot fetch code from S3: it has no AWS client.")
+        folder = _inside(folder, handler.folder or ".")
+        if not (folder / handler.entry_point).is_file():
+            raise SpecError(f"The code has no {handler.entry_point} in {handler.folder or 'its root'}: check "
+                            "entry_point= and source_dir= against the repository.")
+        return code.without_debris(folder)
+    source = code.runnable(estimator)
+    return code.without_debris(Path(source.source_dir))

@@ -28,9 +28,12 @@ def served_model(lineage: Lineage, backend: str) -> tuple[str, str]:
     return str(done[-1].model_artifacts), done[-1].job_name
 
 
-def task_of(lineage: Lineage) -> str:
-    """An endpoint serves a task (HF_TASK); a job of a team's own code says it only if it was given task=."""
+def task_of(lineage: Lineage, *, handler: bool = False) -> str:
+    """An endpoint serves a task (HF_TASK); a job of a team's own code says it only if it was given task=, or
+    brings its own handler (``handler``: then "" when it has no task, and the handler decides what it serves)."""
     if lineage.spec.task is None:
+        if handler:
+            return ""
         raise InvalidState(texts.NO_TASK.format(lineage=lineage.id))
     return lineage.spec.task
 

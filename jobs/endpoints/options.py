@@ -4,6 +4,7 @@ inference framework a job can run on is chosen in jobs/planning/serving.py). Pur
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,11 @@ _INSTANCE = re.compile(r"ml\.[a-z0-9]+\.[a-z0-9]+")
 _NAME = re.compile(r"[a-zA-Z0-9](-*[a-zA-Z0-9])*")
 _TRUE = frozenset({"yes", "true", "on", "1"})
 _FALSE = frozenset({"no", "false", "off", "0"})
-_KEYS = ("instance_type", "instance_count", "serverless", "memory_mb", "max_concurrency", "name", "alarm", "canary")
+_KEYS = ("instance_type", "instance_count", "serverless", "memory_mb", "max_concurrency", "name", "alarm", "canary",
+         "entry_point", "source_dir")
+#: The team's inference handler: HuggingFaceModel(entry_point=, source_dir=), as the toolkit loads it.
+_HANDLER_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,120}\.py", re.ASCII)
+_HANDLER_DIR = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_./-]{0,250}", re.ASCII)
 _ALIASES = {"instances": "instance_count", "memory": "memory_mb", "endpoint": "name", "canary_percent": "canary"}
 #: Options that only a promotion into an existing endpoint takes (an update in place, blue/green).
 ROLLOUT_KEYS = ("alarm", "canary")
@@ -41,6 +46,8 @@ class DeployOptions:
     name: str | None = None
     alarm: str | None = None  # promotions: "yes" (the bot names it) or an alarm name; None: no alarm
     canary_percent: int | None = None  # promotions: the canary's share of capacity
+    entry_point: str | None = None  # the team's inference handler (inference.py), in source_dir
+    source_dir: str | None = None  # its folder in the job's own code (default: the training entry's folder)
     given: frozenset[str] = frozenset()  # the options written (the rest are defaults)
 
 
@@ -72,8 +79,23 @@ def parse_options(options: dict[str, str]) -> DeployOptions:
         name=check_name(given["name"]) if given.get("name") else None,
         alarm=_alarm(given["alarm"]) if "alarm" in given else None,
         canary_percent=_bounded(given["canary"], "canary", 1, MAX_CANARY_PERCENT) if "canary" in given else None,
+        entry_point=_handler_file(given["entry_point"]) if "entry_point" in given else None,
+        source_dir=_handler_dir(given["source_dir"]) if "source_dir" in given else None,
         given=frozenset(given),
     )
+
+
+def _handler_file(raw: str) -> str:
+    if not _HANDLER_FILE.fullmatch(raw):
+        raise BadInput(f"entry_point= takes the handler's file name, e.g. entry_point=inference.py, not {raw[:60]!r}.")
+    return raw
+
+
+def _handler_dir(raw: str) -> str:
+    parts = raw.strip("/").split("/")
+    if not _HANDLER_DIR.fullmatch(raw) or raw.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise BadInput(f"source_dir= takes a folder of the job's own code, e.g. source_dir=code, not {raw[:60]!r}.")
+    return "/".join(parts)
 
 
 def _alarm(raw: str) -> str | None:
@@ -169,8 +191,21 @@ def prediction_payload(task: str, inputs: dict[str, str]) -> dict[str, Any]:
     """`question=` and `context=` for question answering, `text=` for classification, as the Hugging Face
     inference toolkit takes them (``{"inputs": ...}``); `prompt=` (and `max_new_tokens=`) for text generation: a
     one-turn chat, as TGI's chat completion takes it on SageMaker's /invocations (the model was fine-tuned on chats,
-    rendered by its chat template, which TGI applies to messages)."""
+    rendered by its chat template, which TGI applies to messages); for a team's own handler, `inputs=TEXT` or
+    `json='{...}'`, the JSON object its input_fn reads, passed as it is."""
     keys = {key.strip().lower(): value for key, value in inputs.items()}
+    if "json" in keys:
+        _no_extra(keys, {"json"})
+        try:
+            body = json.loads(keys["json"])
+        except ValueError:
+            raise BadInput('json= takes a JSON object, e.g. json=\'{"inputs": "some text"}\'.') from None
+        if not isinstance(body, dict):
+            raise BadInput('json= takes a JSON object, e.g. json=\'{"inputs": "some text"}\'.')
+        return body
+    if "inputs" in keys:
+        _no_extra(keys, {"inputs"})
+        return {"inputs": keys["inputs"]}
     if task == TEXT_GENERATION:
         if not keys.get("prompt"):
             raise BadInput('Say what to ask the model: prompt="..." (and max_new_tokens= for a longer answer).')

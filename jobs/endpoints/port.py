@@ -40,6 +40,19 @@ class DeployRequest:
     serverless: bool = False
     memory_mb: int = 2048  # serverless only
     max_concurrency: int = 5  # serverless only
+    # The team's inference handler (HuggingFaceModel(entry_point=, source_dir=)): its file, and where it is: the
+    # job's own code as planned (git_config/source_dir/entry_point of its estimator), with ``folder`` inside it.
+    handler: InferenceCode | None = None
+
+
+@dataclass(frozen=True)
+class InferenceCode:
+    """``entry_point=`` in ``folder`` of the code the job trained with (``code``: its estimator's code
+    arguments, which the backend checks out at the pinned commit)."""
+
+    entry_point: str
+    folder: str
+    code: dict[str, Any]
 
 
 @dataclass(frozen=True)

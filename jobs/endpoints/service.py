@@ -29,10 +29,11 @@ from jobs.endpoints.options import (
     parse_options,
     prediction_payload,
 )
-from jobs.endpoints.port import DeployRequest, EndpointBackend, EndpointStatus, RemoteEndpoint
+from jobs.endpoints.port import DeployRequest, EndpointBackend, EndpointStatus, InferenceCode, RemoteEndpoint
 from jobs.endpoints.promotions import PromotionService
 from jobs.endpoints.store import LIVE, DeployPlan, Endpoint, EndpointCycle, EndpointStore, IdleEndpoint
 from jobs.errors import BadInput, InvalidState, NotFound, TrainbotError
+from jobs.lineage import Lineage
 from jobs.permissions import AccessPolicy
 from jobs.planning.prices import SECONDS_PER_HOUR, usd
 from jobs.planning.serving import (
@@ -58,6 +59,28 @@ ASKED = "Creating"
 #: How long a deploy may take to reach the backend (the SDK creates the model and its config first)
 #: before "no such endpoint" means it never will (the process died between the record and the call).
 DEPLOY_GRACE = timedelta(minutes=10)
+
+
+def inference_code(lineage: Lineage, opts: DeployOptions) -> InferenceCode | None:
+    """``entry_point=`` (and ``source_dir=``) as the team's handler in the code the job trained with, at its
+    pinned commit; None without entry_point=."""
+    if opts.entry_point is None:
+        if opts.source_dir is not None:
+            raise BadInput("source_dir= goes with entry_point=: name the handler, e.g. entry_point=inference.py.")
+        return None
+    estimator = dict((lineage.launch_plan or {}).get("estimator") or {})
+    if lineage.spec.code is None or not estimator:
+        raise InvalidState(texts.HANDLER_NEEDS_CODE.format(lineage=lineage.id))
+    code = {k: estimator[k] for k in ("git_config", "source_dir") if k in estimator}
+    return InferenceCode(entry_point=opts.entry_point, folder=opts.source_dir or "", code=code)
+
+
+def has_model_handler(model_data: str) -> bool:
+    """A local model folder that carries its handler (code/inference.py), as a model.tar.gz may; an S3 archive
+    is not opened here (its handler, if any, runs all the same: the toolkit finds it)."""
+    from pathlib import Path
+
+    return not model_data.startswith("s3://") and (Path(model_data) / "code" / "inference.py").is_file()
 
 
 class EndpointService:
@@ -98,11 +121,13 @@ class EndpointService:
         if self._backend.name != "local":
             choice = choose_framework(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.task)
             framework, note = choice.framework, choice.note
+        handler = inference_code(lineage, opts)
         request = DeployRequest(
             name=name,
             model_name=model_name(name, f"{self._clock.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"),
             model_data=model_data,
-            task=task_of(lineage),
+            task=task_of(lineage, handler=handler is not None or has_model_handler(model_data)),
+            handler=handler,
             framework=framework,
             instance_type=opts.instance_type,
             instance_count=opts.instance_count,

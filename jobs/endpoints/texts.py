@@ -35,7 +35,12 @@ PREDICT_HINTS = {
 
 NO_TASK = (
     "{lineage} ran its own code without task=, so the bot cannot tell the endpoint what it serves: "
-    "launch it with task=question-answering, task=text-classification or task=text-generation to deploy it."
+    "deploy it with its own handler (entry_point=inference.py [source_dir=DIR], or code/inference.py in the "
+    "model), or launch it with task=question-answering, task=text-classification or task=text-generation."
+)
+HANDLER_NEEDS_CODE = (
+    "entry_point= names a handler in the job's own code, and {lineage} ran the bot's scripts: deploy it without "
+    "entry_point=, or train with code= that holds the handler."
 )
 DEPLOYING = "Deploying {lineage} as endpoint {name} on {where}{framework}."
 DEPLOY_FOLLOW = "The job's thread says when it is ready."

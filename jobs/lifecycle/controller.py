@@ -149,7 +149,10 @@ class Controller:
         if isinstance(decision, Notify) and decision.kind == events.INTERRUPTED:
             payload = events.interrupted(lineage.id, attempt.job_name, attempt.instance_type)
         else:
-            payload = events.state_line(lineage.id, attempt.job_name, remote.status.value, remote.secondary_status)
+            note = remote.transitions[-1].message if remote.secondary_status == "Downloading" and remote.transitions \
+                else ""  # the local image runtime's build: how far it is
+            payload = events.state_line(lineage.id, attempt.job_name, remote.status.value, remote.secondary_status,
+                                        note=note)
         self._enqueue(lineage, payload, change_key(attempt.job_name, remote), cycle)
 
     def _announce_resumed(self, lineage: Lineage, attempt: Attempt, remote: RemoteJob, cycle: CycleResult) -> None:

@@ -29,6 +29,8 @@ from jobs.planning.hyperparameters import (
     parse_int,
     show,
 )
+from jobs.planning.job_environment import check_name as check_environment_name
+from jobs.planning.job_environment import check_value as check_environment_value
 from jobs.planning.metrics import parse_metrics_value
 from jobs.planning.own_code import check_entry, parse_code
 from jobs.planning.presets import DESCRIPTIONS, PRESETS, preset_fields
@@ -229,7 +231,7 @@ def _spec_keys() -> list[Key]:
             "git+ssh:// and git+file://) or s3://BUCKET/KEY.tar.gz, from the sources in TRAINBOT_CODE_SOURCES."),
         Key("entry", _entry, "own code: the script to run, its path in the code, "
             "e.g. examples/pytorch/question-answering/run_qa.py."),
-        Key("metrics", _metrics, "metrics of your own: NAME:REGEX,... with one (group) around the number, "
+        Key("metrics", _metrics, "metrics of your own: NAME:REGEX,... with a (group) around the number (the first group is the value), "
             "e.g. metrics='f1:eval_f1=([0-9.]+)'."),
         Key("registry", _registry, "the model line (Model Package Group) its model is registered in; "
             "default: its schedule's name, else trainbot-TASK. /models lists them."),
@@ -351,6 +353,7 @@ def parse_fields(text: str, *, recipes: RecipeLookup | None = None) -> dict[str,
     if command.fields.get("code") is None:  # the bot's scripts: only names they take (own code: its own)
         for slot in command.given:
             if slot.startswith("hp."):
+                check_reserved(slot[3:])  # the job's folders are the bot's to set for its own scripts
                 check_script_argument(slot[3:])  # against every script here; the task's once the spec is whole
     return command.fields
 
@@ -383,6 +386,13 @@ def _apply(command: _Command, token: str) -> None:
         return
     if name.lower().startswith("channel."):
         _apply_channel(command, name[len("channel."):], raw, token)
+        return
+    if name.lower().startswith("env."):
+        variable = name[len("env."):]
+        check_environment_name(variable)
+        if not has_value:
+            raise SpecError(f"env.{variable} needs a value, e.g. env.{variable}=VALUE.")
+        _set(command, "env", check_environment_value(variable, raw), variable, token)
         return
     key = lookup_key(name)
     if key is None:
@@ -417,7 +427,9 @@ def _apply_channel(command: _Command, name: str, raw: str, token: str) -> None:
 def _passthrough(name: str, raw: str, token: str) -> HpValue | None:
     if not HP_NAME.fullmatch(name):
         raise SpecError(f"{show(token)}: hp.NAME needs a NAME of letters, digits and _ (not starting with a digit).")
-    check_reserved(name, raw)  # whatever the script; the script's own names are checked once code= is known
+    # Whatever the script; a team's script may name its container folders (hp.output_dir=/opt/ml/...), which the
+    # bot's scripts may not: those are checked once code= is known (parse_fields, and the spec).
+    check_reserved(name, raw, own=None)
     if _is_uncapped(name, raw):
         return None
     if name in KNOWN_HYPERPARAMETERS:
@@ -433,7 +445,7 @@ def _set(command: _Command, target: str, value: Any, name: str, token: str) -> N
     if target == "spec":
         command.fields[name] = value
         return
-    group = {"hp": "hyperparameters", "mp": "mp_parameters", "channel": "channels"}[target]
+    group = {"hp": "hyperparameters", "mp": "mp_parameters", "channel": "channels", "env": "environment"}[target]
     values = {**(command.fields.get(group) or {}), name: value}
     command.fields[group] = {k: v for k, v in values.items() if v is not None}  # None: the key removed
 
@@ -479,6 +491,11 @@ def topic_help(word: str) -> str:
             "channel.NAME=URI adds a data channel: an s3:// prefix on SageMaker, a local folder on the local backend; "
             "the script finds it as SM_CHANNEL_<NAME> (train_data=, test_data= and validation_data= are the usual three)."
         )
+    if word.lower().startswith("env."):
+        return (
+            "env.NAME=VALUE sets a variable of the job's environment, as the estimator's environment= does "
+            "(e.g. env.NCCL_DEBUG=INFO); never SM_*, SAGEMAKER_*, AWS_*, TRAINBOT_* or a secret."
+        )
     if word.lower().startswith("hp."):
         return (
             "hp.NAME=VALUE passes an argument of the training script through as is: its model and data arguments "
@@ -509,6 +526,7 @@ def help_parts() -> tuple[tuple[str, tuple[str, ...]], ...]:
         )),
         ("Channels", ("channel.NAME=URI adds the data channel SM_CHANNEL_<NAME> (besides train_data, test_data, "
                       "validation_data).",)),
+        ("Environment", ("env.NAME=VALUE sets a variable of the job's environment (the estimator's environment=).",)),
         ("Model parallel", (f"partitions, microbatches, {mp_rest}.",)),
         ("Values", ("Durations: 3600, 90m, 2h, 1h30m. Yes/no: yes, no, true, false, on, off. Quote values with spaces.",)),
     )

@@ -206,14 +206,24 @@ def _check_range(name: str, value: float, minimum: float | None) -> None:
 # ---------------------------------------------------------------- what may reach a script at all
 
 
-def check_reserved(name: str, value: str | None = None) -> None:
+def check_reserved(name: str, value: str | None = None, *, own: bool | None = False) -> None:
     """Refuse, whatever arguments the script takes, a name that drives SageMaker's launcher (``sagemaker_*``,
     ``mp_parameters``), names a folder trainbot owns, or sends the model or data outside the account; and a
-    value that is not plain text or that sends metrics out (``report_to``). One SpecError sentence."""
+    value that is not plain text or that sends metrics out (``report_to``). One SpecError sentence.
+
+    ``own``: a team's own script, whose folder arguments are its own to set (``hp.output_dir=/opt/ml/checkpoints``,
+    as the public spot examples pass it), as long as they name a folder of the job's container (``/opt/ml/...``),
+    which the local backend maps into the job's own folder. ``None``: not known yet (the grammar, before it has
+    seen code=): folder names wait for the spec, which knows."""
     lower = name.lower()
-    reason = _reserved_reason(lower)
-    if reason is not None:
-        raise SpecError(f"hp.{name} is refused: {reason}.")
+    if own is None and lower in BOT_PATHS:
+        pass
+    elif own and lower in BOT_PATHS and value is not None:
+        check_container_path(name, value)
+    else:
+        reason = _reserved_reason(lower)
+        if reason is not None:
+            raise SpecError(f"hp.{name} is refused: {reason}.")
     if value is None:
         return
     check_plain_text(f"hp.{name}", value)
@@ -223,6 +233,20 @@ def check_reserved(name: str, value: str | None = None) -> None:
         raise SpecError(
             f"hp.report_to may be {' or '.join(REPORT_TO_ALLOWED)}, not {show(value)}: "
             "trainbot never sends metrics outside your account."
+        )
+
+
+#: The container's tree a team's script may name its folders in (SageMaker's ``/opt/ml``).
+CONTAINER_ROOT = "/opt/ml/"
+
+
+def check_container_path(name: str, value: str) -> None:
+    """A team's folder argument names a folder of the job's container: ``/opt/ml/...`` without ``..``."""
+    text = value.strip()
+    if not text.startswith(CONTAINER_ROOT) or ".." in text.split("/") or len(text) > 200:
+        raise SpecError(
+            f"hp.{name} must name a folder of the job's container, such as /opt/ml/model or /opt/ml/checkpoints "
+            f"(SageMaker keeps and uploads those; the local backend maps them into the job's folder), not {show(value)}."
         )
 
 
@@ -252,10 +276,11 @@ def check_plain_text(key: str, value: str) -> None:
             )
 
 
-def check_launch_hyperparameters(hps: Mapping[str, object]) -> None:
-    """The backends' last look before a launch: no reserved name or value, however the plan was made."""
+def check_launch_hyperparameters(hps: Mapping[str, object], *, own: bool = False) -> None:
+    """The backends' last look before a launch: no reserved name or value, however the plan was made (``own``:
+    a team's script, which may name its folders in the container, check_reserved)."""
     for name, value in hps.items():
-        check_reserved(str(name), _value_text(value))
+        check_reserved(str(name), _value_text(value), own=own)
 
 
 # ---------------------------------------------------------------- the script's own arguments
@@ -299,7 +324,7 @@ def check_script_hyperparameters(hps: Mapping[str, object], task: str | None, *,
     """Every name is one the task's script takes and none is reserved; every value is plain text.
     ``any_script``: a team's own script (code=), whose names trainbot cannot know: only the reserved are refused."""
     for name, value in hps.items():
-        check_reserved(name, _value_text(value))
+        check_reserved(name, _value_text(value), own=any_script)
         if not any_script:
             check_script_argument(name, task)
 

@@ -10,6 +10,7 @@ it by its URI (``image_uri``), which this module builds for a region from the DL
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -37,10 +38,16 @@ class ImagePackages:
     tag: str = ""
     cuda: str = ""  # the CUDA the image is built on ("" : the SDK's tables say)
     distributions: tuple[str, ...] = ()  # distribution= values it runs ((): as the SDK's rules say)
+    local: str | None = None  # why this image has no local runtime here (the builder refuses with it)
+    lock: tuple[str, ...] = ()  # every package of a built runtime, name==version (constraints: no drift)
 
     @property
     def key(self) -> str:
-        return f"transformers{self.transformers}-pt{self.pytorch}-{self.py}"
+        """The runtime's folder name: the image, and a digest of what it installs, so a changed row builds a new
+        runtime beside the old one instead of replacing one that jobs may be running on."""
+        digest = hashlib.sha256("\n".join([cpu_torch(), *self.requirements(), *toolkit_requirements(),
+                                            *self.lock]).encode()).hexdigest()[:8]
+        return f"transformers{self.transformers}-pt{self.pytorch}-{self.py}-{digest}"
 
     @property
     def loads_without_weights_only(self) -> bool:
@@ -85,8 +92,12 @@ def _data() -> dict[str, Any]:
     return loaded
 
 
+LOCKS_DIR = Path(__file__).parent / "data" / "runtime_locks"
+
+
 @cache
 def known_images() -> tuple[ImagePackages, ...]:
+    """Every row of the data file (keys this bot does not read are left alone: see its "schema")."""
     return tuple(_image(row) for row in _data()["images"])
 
 
@@ -97,6 +108,7 @@ def _image(row: dict[str, Any]) -> ImagePackages:
         packages=tuple((str(k), str(v)) for k, v in row["packages"].items()), era=tuple(row.get("era", ())),
         repository=str(image.get("repository", "")), tag=str(image.get("tag", "")), cuda=str(row.get("cuda", "")),
         distributions=tuple(str(d) for d in row.get("distributions", ())),
+        local=row.get("local"), lock=_lock(row.get("lock")),
     )
 
 
@@ -143,6 +155,13 @@ def registry_uri(repository: str, tag: str, region: str) -> str:
 def beyond_sdk_images() -> tuple[ImagePackages, ...]:
     """The images the plan launches by URI (the SDK's tables lack them), oldest first."""
     return tuple(i for i in known_images() if i.beyond_sdk)
+
+
+def _lock(name: object) -> tuple[str, ...]:
+    if not isinstance(name, str) or not name:
+        return ()
+    lines = (LOCKS_DIR / name).read_text(encoding="utf-8").splitlines()
+    return tuple(line.strip() for line in lines if line.strip() and not line.startswith("#"))
 
 
 def cpu_torch() -> str:

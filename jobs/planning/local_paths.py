@@ -21,7 +21,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from jobs.errors import SpecError
-from jobs.planning.hyperparameters import show
+from jobs.planning.hyperparameters import CONTAINER_ROOT, show
 from jobs.planning.spec import CHANNEL_KEYS, JobSpec, dataset_hyperparameters
 from jobs.settings import Settings
 
@@ -62,8 +62,14 @@ def _named_values(spec: JobSpec) -> Iterator[tuple[str, str, bool]]:
     names = list(spec.hyperparameters) if spec.own_code else PATH_HYPERPARAMETERS
     for name in names:
         value = spec.hyperparameters.get(name)
-        if isinstance(value, str):
+        if isinstance(value, str) and not (spec.own_code and _in_container(value)):
             yield f"hp.{name}", value, True
+
+
+def _in_container(value: str) -> bool:
+    """A folder of SageMaker's container (``/opt/ml/model``), which the local backend gives the job in its own
+    folder (jobs/backends/local/code.py), never a path of this machine; one with ``..`` in it is read as a path."""
+    return value.startswith(CONTAINER_ROOT) and ".." not in Path(value).parts
 
 
 def filesystem_path(value: str, *, hub_id: bool = True, cwd: Path | None = None) -> Path | None:

@@ -7,7 +7,8 @@ bot's own scripts print; the dict a Trainer-based script prints while it trains
 at the end (``  eval_f1 = 88.1``), which is where the article's run_qa.py reports its evaluation; and the
 unindented ``eval_loss = 0.2`` lines the Hugging Face SageMaker examples print after their final
 ``trainer.evaluate()``. The last value printed is the final one. ``metrics=NAME:REGEX,...`` adds a team's own (or
-replaces a default of the same name). SageMaker scrapes the job's log with them; the local backend scrapes its log file with
+replaces a default of the same name); as SageMaker does, the first group of a pattern is the value, whatever
+groups follow it. SageMaker scrapes the job's log with them; the local backend scrapes its log file with
 :class:`MetricScanner`, so the report and loss curve read the same numbers on both.
 
 A team's pattern runs over lines its own script prints: every pattern is compiled with RE2 (linear time, see
@@ -72,7 +73,8 @@ _NEXT_DEFINITION = re.compile(r",(?=\s*[A-Za-z_][A-Za-z0-9_.\-/]{0,63}:)")
 
 
 def parse_metrics_value(raw: str, key: str = "metrics") -> dict[str, str]:
-    """``NAME:REGEX,NAME:REGEX`` -> {name: regex}, each checked: a sane name, one capturing group."""
+    r"""``NAME:REGEX,NAME:REGEX`` -> {name: regex}, each checked: a sane name, a capturing group (SageMaker reads
+    the first as the value, whatever follows: public examples write ``'loss': ([0-9]+(.|e\-)[0-9]+),?``)."""
     found: dict[str, str] = {}
     for part in _NEXT_DEFINITION.split(raw.strip()):
         name, colon, regex = part.strip().partition(":")
@@ -113,10 +115,10 @@ def _check_regex(name: str, regex: object) -> str:
         groups = linear(regex).groups
     except PatternError as exc:
         raise SpecError(f"Metric {name}: {show(regex)} cannot be used: {exc.reason}.") from None
-    if groups != 1:
+    if groups < 1:
         raise SpecError(
-            f"Metric {name}: the regex needs exactly one (capturing group) around the number, not {groups}; "
-            "use (?:...) for other groups, e.g. f1:eval_f1=([0-9.]+)."
+            f"Metric {name}: the regex needs a (capturing group) around the number, which SageMaker reads as the "
+            "value (the first group, when there are more), e.g. f1:eval_f1=([0-9.]+)."
         )
     return regex
 

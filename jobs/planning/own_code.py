@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
@@ -27,9 +27,10 @@ GIT_PREFIX = "git+"
 #: Where SageMaker syncs checkpoints with ``checkpoint_s3_uri`` and where the model is uploaded from.
 CHECKPOINTS_DIR = "/opt/ml/checkpoints"
 MODEL_DIR = "/opt/ml/model"
-#: The bot's wrapper (in training/) that runs a spot job's own script, then copies the final model.
+#: The bot's wrapper (in training/) that runs a team's script when checkpoints on the clock are asked for
+#: (``checkpoint_minutes=``): it adds the saves to the script's Trainer, then copies the final model.
 SPOT_ENTRY = "trainbot_spot_entry.py"
-#: What a spot job with own code ships beside the team's script: the entry and what it imports.
+#: What ships beside the team's script then: the entry and what it imports.
 SPOT_ENTRY_FILES = (SPOT_ENTRY, "trainbot_rank_agreement.py")
 #: The environment variable that names the user's script for the wrapper.
 USER_ENTRY_ENV = "TRAINBOT_USER_ENTRY"
@@ -37,9 +38,8 @@ USER_ENTRY_ENV = "TRAINBOT_USER_ENTRY"
 CHECKPOINT_MINUTES_ENV = "TRAINBOT_CHECKPOINT_MINUTES"
 #: The plan card's one line on resuming a spot job that runs a team's own script.
 SPOT_RESUME_NOTE = (
-    f"Spot resume: your script gets --output_dir {CHECKPOINTS_DIR}, which SageMaker restores after an "
-    "interruption: a script that resumes from get_last_checkpoint(output_dir) picks up there; its final model "
-    f"is copied to {MODEL_DIR}."
+    f"Spot resume: SageMaker restores {CHECKPOINTS_DIR} after an interruption; your script resumes if it saves "
+    f"its checkpoints there (e.g. hp.output_dir={CHECKPOINTS_DIR}) and picks up the newest (get_last_checkpoint)."
 )
 #: A transformers Trainer (or a subclass: Seq2SeqTrainer, SFTTrainer, ...) being built.
 _TRAINER_CALL = re.compile(r"(?<![A-Za-z0-9_.])(?:[A-Z][A-Za-z0-9]*)?Trainer\s*\(")
@@ -254,15 +254,9 @@ def script_saving(source: str) -> tuple[bool, str]:
     return True, f"a checkpoint every {_TRAINER_DEFAULT_SAVE_STEPS} steps (the Trainer's default)"
 
 
-def check_own_checkpoint_minutes(spot: bool, trainer: bool | None, saves: str | None) -> None:
-    """``checkpoint_minutes=`` with own code works where the spot entry's callback can act: a spot job whose
-    script builds a Trainer. Anywhere else it would be accepted and never acted on: refused."""
-    if not spot:
-        raise SpecError(
-            "checkpoint_minutes= with own code works on spot jobs only (trainbot's spot entry adds the saves on "
-            "the clock to your script's Trainer); without spot=yes your script saves as it does by itself: "
-            "add spot=yes or drop checkpoint_minutes=."
-        )
+def check_own_checkpoint_minutes(trainer: bool | None, saves: str | None) -> None:
+    """``checkpoint_minutes=`` with own code works where the entry's callback can act: a script that builds a
+    transformers Trainer (spot or not). Anywhere else it would be accepted and never acted on: refused."""
     if trainer is False:
         raise SpecError(
             "checkpoint_minutes= needs a script that builds a transformers Trainer, which trainbot adds the saves "
@@ -271,20 +265,21 @@ def check_own_checkpoint_minutes(spot: bool, trainer: bool | None, saves: str | 
         )
 
 
-def checkpoint_words(*, spot: bool, minutes: float, trainer: bool | None, saves: str | None) -> str:
-    """The card's checkpoint line for own code: what saves it, so what an interruption can cost."""
-    every = f"{minutes:g} min" if minutes >= 1 else f"{minutes * 60:g} s"
+def checkpoint_words(*, spot: bool, minutes: float | None, trainer: bool | None, saves: str | None) -> str:
+    """The card's checkpoint line for own code: what saves it, so what an interruption can cost. ``minutes``:
+    checkpoint_minutes= as typed (None: the script's own saves only)."""
     own = saves or "what your script saves by itself"
-    if not spot:
-        return f"Checkpoints: your script's own: {own}."
+    if minutes is None:
+        kept = f"; SageMaker keeps {CHECKPOINTS_DIR} across interruptions" if spot else ""
+        return f"Checkpoints: your script's own: {own}{kept}."
+    every = f"{minutes:g} min" if minutes >= 1 else f"{minutes * 60:g} s"
+    where = (f"into the Trainer's output_dir (kept by SageMaker when that is {CHECKPOINTS_DIR}, e.g. "
+             f"hp.output_dir={CHECKPOINTS_DIR})")
     if trainer is None:
-        return (f"Checkpoints: trainbot's spot entry adds a save every {every} to your script's Trainer; a script "
-                f"without one keeps only {own}.")
-    if trainer:
-        return (f"Checkpoints: every {every}, a save trainbot's spot entry adds to your script's Trainer (the "
-                f"script itself keeps {own}): an interruption costs at most {every} of training.")
-    return (f"Checkpoints: your script builds no Trainer, so trainbot cannot add saves on the clock; it keeps "
-            f"{own}: an interruption loses whatever came after its last save.")
+        return (f"Checkpoints: trainbot's entry adds a save every {every} to your script's Trainer, {where}; a "
+                f"script without one keeps only {own}.")
+    return (f"Checkpoints: every {every}, a save trainbot's entry adds to your script's Trainer, {where} (the "
+            f"script itself keeps {own}): an interruption costs at most {every} of training.")
 
 
 # ---------------------------------------------------------------- what it plans into
@@ -311,22 +306,6 @@ def source_arguments(code: str, entry: str, commit: str | None) -> dict[str, obj
     if commit is not None:
         git_config["commit"] = commit
     return {"git_config": git_config, "source_dir": f"./{folder}" if folder else ".", "entry_point": name}
-
-
-def bot_output_dir(*, spot: bool) -> str:
-    """The ``--output_dir`` the bot gives a team's script: the article's model folder, or for a spot job the
-    checkpoint folder SageMaker syncs (the spot entry copies the final model to the model folder)."""
-    return CHECKPOINTS_DIR if spot else MODEL_DIR
-
-
-def without_bot_arguments(hyperparameters: Mapping[str, object], *, own: bool) -> dict[str, object]:
-    """A plan's hyperparameters less the ``output_dir`` the bot itself set for own code: the rest must pass
-    the reserved-name rule (the folders are the bot's to set, never the user's)."""
-    return {
-        name: value
-        for name, value in hyperparameters.items()
-        if not (own and name == "output_dir" and value in (MODEL_DIR, CHECKPOINTS_DIR))
-    }
 
 
 def is_full_commit(value: str) -> bool:

@@ -38,7 +38,7 @@ from jobs.planning.metrics import METRIC_NAMES as METRIC_NAMES
 from jobs.planning.metrics import definitions_for
 from jobs.planning.metrics import parse_metric_line as parse_metric_line
 from jobs.planning.pricing import CostEstimate
-from jobs.planning.spec import DEFAULT_SPOT_CHECKPOINT_MINUTES, LLM_TASK, JobSpec, dataset_hyperparameters
+from jobs.planning.spec import LLM_TASK, JobSpec, dataset_hyperparameters
 
 CHECKPOINT_LOCAL_PATH = "/opt/ml/checkpoints"
 BUCKET_PLACEHOLDER = "<TRAINBOT_BUCKET>"
@@ -164,7 +164,12 @@ class LaunchPlan:
 
     @property
     def checkpoint_uri(self) -> str:
-        return str(self.estimator["checkpoint_s3_uri"])
+        """The lineage's checkpoint prefix: the estimator's, or where it would be (own code that asked for no
+        checkpoints gets no CheckpointConfig, but the lineage still owns the prefix)."""
+        uri = self.estimator.get("checkpoint_s3_uri")
+        if uri:
+            return str(uri)
+        return str(self.estimator["output_path"]).removesuffix("/output") + "/checkpoints"
 
     def stored(self) -> dict[str, Any]:
         """What the store keeps: the resolved launch arguments and the approved batch (the spec is stored
@@ -246,9 +251,11 @@ def build_plan(
     estimator["max_run"] = spec.max_run
     if spec.spot:
         estimator["max_wait"] = spec.max_wait
+    if wants_checkpoints(spec):
+        estimator.update(checkpoint_s3_uri=layout.checkpoints, checkpoint_local_path=CHECKPOINT_LOCAL_PATH)
+    if spec.environment:  # env.NAME=VALUE, beside what the checkpoint entry sets
+        estimator["environment"] = {**spec.environment, **(estimator.get("environment") or {})}
     estimator.update(
-        checkpoint_s3_uri=layout.checkpoints,
-        checkpoint_local_path=CHECKPOINT_LOCAL_PATH,
         output_path=layout.output,
         code_location=layout.code,
         metric_definitions=definitions_for(spec.metrics),
@@ -275,12 +282,9 @@ def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
             hps["dataset_revision"] = spec.dataset_revision
     hps.update(spec.hyperparameters)
     if spec.own_code:
-        # A team's script takes its own names: only the reserved are refused, and none of the bot's cadence
-        # or checkpoint arguments is added (run_qa.py v4.28 would refuse eval_strategy or checkpoint_minutes).
+        # A team's script takes exactly what was typed: only the reserved are refused, and nothing of the bot's
+        # is added (no output_dir, cadence or checkpoint argument: a strict HfArgumentParser refuses any of them).
         check_script_hyperparameters(hps, spec.task, any_script=True)
-        # The article's output_dir; a spot job's goes where SageMaker keeps checkpoints, so a Trainer script
-        # resumes from its newest checkpoint-N there (the bot's spot entry copies the final model back).
-        hps["output_dir"] = own_code.bot_output_dir(spot=spec.spot)
         return hps
     check_script_hyperparameters(hps, spec.task)
     steps = cadence.total_steps(spec, spec.hyperparameters)
@@ -295,25 +299,26 @@ def plan_hyperparameters(spec: JobSpec) -> dict[str, str | int | float | bool]:
     return hps
 
 
-def own_checkpoint_minutes(spec: JobSpec) -> float:
-    """How often the spot entry saves a team's Trainer: checkpoint_minutes= as typed, else the spot default."""
-    return spec.checkpoint_minutes if spec.checkpoint_minutes is not None else DEFAULT_SPOT_CHECKPOINT_MINUTES
+def wants_checkpoints(spec: JobSpec) -> bool:
+    """Whether the job gets a CheckpointConfig: the bot's scripts always (a relaunch resumes from it); a team's
+    script only with spot=yes or when it asks for checkpoints (checkpoint_minutes=), as its own estimator would."""
+    return not spec.own_code or spec.spot or spec.checkpoint_minutes is not None
 
 
 def code_arguments(spec: JobSpec) -> dict[str, Any]:
-    """``entry_point``/``source_dir`` (and ``git_config``) of the bot's script, or of the team's own code.
+    """``entry_point``/``source_dir`` (and ``git_config``) of the bot's script, or of the team's own code, as
+    its own estimator would name them.
 
-    A spot job with own code runs through the bot's spot entry, shipped beside the team's script
-    (``dependencies``) and told which script to run (``environment``): it copies the final model from the
-    checkpoint folder into the model folder, which SageMaker uploads."""
+    Only when checkpoints on the clock are asked for (``checkpoint_minutes=``, spot or not) does a team's script
+    run through the bot's entry, shipped beside it (``dependencies``) and told which script to run and how
+    often to save (``environment``): it adds the saves to the script's Trainer and copies the final model from
+    the Trainer's output folder into the model folder, which SageMaker uploads."""
     if spec.code is None or spec.entry is None:
         return {"entry_point": ENTRY_POINTS[spec.task or ""], "source_dir": training_source_dir()}
     arguments = own_code.source_arguments(spec.code, spec.entry, spec.code_commit)
-    if spec.spot:
-        environment = {own_code.USER_ENTRY_ENV: str(arguments["entry_point"])}
-        if spec.code_trainer is not False:  # the entry adds saves on the clock to the script's Trainer
-            environment[own_code.CHECKPOINT_MINUTES_ENV] = f"{own_checkpoint_minutes(spec):g}"
-        arguments["environment"] = environment
+    if spec.checkpoint_minutes is not None:
+        arguments["environment"] = {own_code.USER_ENTRY_ENV: str(arguments["entry_point"]),
+                                    own_code.CHECKPOINT_MINUTES_ENV: f"{spec.checkpoint_minutes:g}"}
         arguments["entry_point"] = own_code.SPOT_ENTRY
         arguments["dependencies"] = _spot_entry_files()
     return arguments

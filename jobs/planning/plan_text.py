@@ -9,7 +9,7 @@ from jobs.planning.forecast import Forecast, about_duration, summary
 from jobs.planning.images import image_packages
 from jobs.planning.instances import instance_info
 from jobs.planning.max_run import advice_words, max_run_advice
-from jobs.planning.plan import DISTRIBUTION_LABELS, LaunchPlan, code_label, own_checkpoint_minutes
+from jobs.planning.plan import DISTRIBUTION_LABELS, LaunchPlan, code_label
 from jobs.planning.prices import usd
 from jobs.planning.pricing import CostEstimate
 from jobs.planning.spec import JobSpec
@@ -38,7 +38,8 @@ def render_plan_text(plan: LaunchPlan) -> str:
         batch_line(plan),
         _spot_line(spec),
         *(plan.fallbacks.lines() if plan.fallbacks is not None else []),
-        f"Checkpoints: {est['checkpoint_s3_uri']}",
+        f"Checkpoints: {est.get('checkpoint_s3_uri') or 'none (no spot, no checkpoint_minutes=)'}",
+        *environment_lines(est.get("environment")),
         f"Output: {est['output_path']}",
         *forecast_lines(plan),
         *cost_lines(plan.cost, spec),
@@ -73,8 +74,15 @@ def own_code_lines(spec: JobSpec) -> list[str]:
 
 
 def own_checkpoint_line(spec: JobSpec) -> str:
-    return own_code.checkpoint_words(spot=spec.spot, minutes=own_checkpoint_minutes(spec),
+    return own_code.checkpoint_words(spot=spec.spot, minutes=spec.checkpoint_minutes,
                                      trainer=spec.code_trainer, saves=spec.code_saves)
+
+
+def environment_lines(environment: dict[str, str] | None) -> list[str]:
+    """``Environment: NAME=VALUE ...``: the job's variables (env.NAME=, and the checkpoint entry's)."""
+    if not environment:
+        return []
+    return ["Environment: " + " ".join(f"{k}={v}" for k, v in environment.items())]
 
 
 def channel_lines(inputs: dict[str, str] | None) -> list[str]:

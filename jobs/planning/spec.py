@@ -28,6 +28,7 @@ from jobs.planning.hyperparameters import (
     show,
 )
 from jobs.planning.instances import InstanceType, instance_info, normalize_instance_name
+from jobs.planning.job_environment import check_environment
 from jobs.planning.metrics import check_user_metrics
 from jobs.planning.own_code import check_entry, check_own_checkpoint_minutes, is_full_commit, parse_code
 from jobs.planning.presets import DEFAULT_MP_PARAMETERS, DEFAULT_PROCESSES_PER_HOST, PRESETS
@@ -152,6 +153,7 @@ class JobSpec(BaseModel):
     code_trainer: bool | None = None
     code_saves: str | None = None
     registry: str | None = None  # the Model Package Group its model is registered in (default: its schedule)
+    environment: dict[str, str] | None = None  # env.NAME=VALUE: the job's variables (the estimator's environment=)
 
     @model_validator(mode="before")
     @classmethod
@@ -167,6 +169,11 @@ class JobSpec(BaseModel):
     @classmethod
     def _check_channels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         return check_channels(value) if value else None
+
+    @field_validator("environment")
+    @classmethod
+    def _check_environment(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return check_environment(value) if value else None
 
     @field_validator("metrics")
     @classmethod
@@ -293,7 +300,9 @@ def _fill_versions(data: dict[str, Any], distribution: str, *, llm: bool) -> Non
     if llm and all(v is not None for v in given):
         return  # a stored spec (or one given in full) keeps its versions; check_spec says if they cannot run it
     transformers, pytorch, py = given
-    data.update(zip(keys, versions.complete_versions(transformers, pytorch, py, distribution, llm=llm), strict=True))
+    own = data.get("code") is not None  # a team's script may run on images older than the bot's scripts need
+    data.update(zip(keys, versions.complete_versions(transformers, pytorch, py, distribution, llm=llm, own=own),
+                    strict=True))
 
 
 def _fill_model_parallel(data: dict[str, Any]) -> None:
@@ -339,7 +348,8 @@ def check_spec(spec: JobSpec, max_instances: int) -> None:
     _check_instances(spec, info, max_instances)
     _check_times(spec)
     _check_checkpoints_and_disk(spec)
-    versions.validate_versions(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.distribution)
+    versions.validate_versions(spec.transformers_version, spec.pytorch_version, spec.py_version, spec.distribution,
+                               own=spec.own_code)
     if spec.task == LLM_TASK:
         versions.validate_llm_image(spec.transformers_version, spec.pytorch_version, spec.py_version)
     mismatch = versions.cuda_mismatch(spec.transformers_version, spec.pytorch_version, info)
@@ -397,7 +407,7 @@ def _check_own_code(spec: JobSpec) -> None:
     if spec.code_commit is not None and (not source.is_git or not is_full_commit(spec.code_commit)):
         raise SpecError("code_commit is the 40-hex commit a git code= REF was pinned to; it is set by trainbot.")
     if spec.checkpoint_minutes is not None:
-        check_own_checkpoint_minutes(spec.spot, spec.code_trainer, spec.code_saves)
+        check_own_checkpoint_minutes(spec.code_trainer, spec.code_saves)
 
 
 def _check_instances(spec: JobSpec, info: InstanceType, max_instances: int) -> None:

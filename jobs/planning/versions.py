@@ -25,7 +25,7 @@ from jobs.errors import SpecError
 from jobs.planning import images
 from jobs.planning.instances import InstanceType
 
-#: The training scripts use Trainer APIs of transformers >= 4.26 (torchrun support starts there too).
+#: The bot's training scripts use Trainer APIs of transformers >= 4.26; a team's own script may use any image.
 TRAINING_MIN_TRANSFORMERS = (4, 26)
 #: The data-parallel, model-parallel and single-process default: the newest HF container with
 #: smdistributed dataparallel that also deploys with the default inference image.
@@ -205,9 +205,9 @@ def torch_distributed_pytorch_versions() -> tuple[str, ...]:
     return tuple(found or _FALLBACK_TORCH_DISTRIBUTED_PYTORCH)
 
 
-def _allowed(combo: Combination, distribution: str) -> bool:
-    if version_key(combo.transformers)[:2] < TRAINING_MIN_TRANSFORMERS:
-        return False
+def _allowed(combo: Combination, distribution: str, own: bool) -> bool:
+    if not own and version_key(combo.transformers)[:2] < TRAINING_MIN_TRANSFORMERS:
+        return False  # the bot's scripts need it; a team's own script runs on any image the SDK knows
     row = beyond_sdk(combo)
     if row is not None:  # the data file says which modes the image runs
         return distribution in (row.distributions or ("none",))
@@ -224,9 +224,10 @@ def _allowed(combo: Combination, distribution: str) -> bool:
 
 
 @cache
-def supported_combinations(distribution: str) -> tuple[Combination, ...]:
-    """The training containers usable for ``distribution`` by the SDK and by ``training/``."""
-    return tuple(c for c in training_combinations() if _allowed(c, distribution))
+def supported_combinations(distribution: str, own: bool = False) -> tuple[Combination, ...]:
+    """The training containers usable for ``distribution`` by the SDK and by ``training/`` (``own``: by a team's
+    own script, which needs no transformers 4.26)."""
+    return tuple(c for c in training_combinations() if _allowed(c, distribution, own))
 
 
 @cache
@@ -251,7 +252,8 @@ def _resolve_transformers(version: str) -> str:
 
 
 def complete_versions(
-    transformers: str | None, pytorch: str | None, py: str | None, distribution: str, *, llm: bool = False
+    transformers: str | None, pytorch: str | None, py: str | None, distribution: str, *, llm: bool = False,
+    own: bool = False,
 ) -> tuple[str, str, str]:
     """Fill in what the person left out: the newest usable combination that matches what they gave; ``llm``:
     among the images that ship TRL and PEFT (the LLM script's), the newest unless told otherwise."""
@@ -259,11 +261,11 @@ def complete_versions(
         return default_versions(distribution)
     if transformers is not None:
         transformers = _resolve_transformers(transformers)
-    matches = [c for c in supported_combinations(distribution) if _matches(c, transformers, pytorch, py)]
+    matches = [c for c in supported_combinations(distribution, own) if _matches(c, transformers, pytorch, py)]
     if llm:
         matches = [c for c in matches if ships_llm_packages(c)] or matches  # validate_llm_image says why
     if not matches:
-        _explain_no_match(transformers, pytorch, py, distribution)
+        _explain_no_match(transformers, pytorch, py, distribution, own)
     default = Combination(*default_versions(distribution))
     return (default if default in matches and not llm else matches[-1]).as_tuple()
 
@@ -301,38 +303,42 @@ def _same(given: str | None, actual: str) -> bool:
 VERSIONS_FIELD = "transformers_version"
 
 
-def _explain_no_match(transformers: str | None, pytorch: str | None, py: str | None, distribution: str) -> None:
+def _explain_no_match(
+    transformers: str | None, pytorch: str | None, py: str | None, distribution: str, own: bool
+) -> None:
     known = [c for c in training_combinations() if _matches(c, transformers, pytorch, py)]
     if known:
-        raise SpecError(_unsupported_message(known[-1], distribution), field=VERSIONS_FIELD)
+        raise SpecError(_unsupported_message(known[-1], distribution, own), field=VERSIONS_FIELD)
     given = ", ".join(f"{label} {value}" for label, value in
                       (("transformers", transformers), ("PyTorch", pytorch), ("Python", py)) if value)
     raise SpecError(
         f"There is no Hugging Face training container with {given} for distribution={distribution} (neither the "
         f"SageMaker SDK nor the bot's image table has one): choose one of "
-        f"{_listing(supported_combinations(distribution))}.", field=VERSIONS_FIELD
+        f"{_listing(supported_combinations(distribution, own))}.", field=VERSIONS_FIELD
     )
 
 
-def validate_versions(transformers: str, pytorch: str, py: str, distribution: str) -> None:
-    """SpecError unless the SDK has this training container and it suits ``distribution`` and training/."""
+def validate_versions(transformers: str, pytorch: str, py: str, distribution: str, *, own: bool = False) -> None:
+    """SpecError unless the SDK has this training container and it suits ``distribution`` and the script (the
+    bot's need transformers 4.26; ``own``: a team's own script, which runs on any image the SDK knows)."""
     combo = Combination(transformers, pytorch, py)
-    if combo in supported_combinations(distribution):
+    if combo in supported_combinations(distribution, own):
         return
     if combo not in training_combinations():
         raise SpecError(
             f"There is no Hugging Face training container for transformers {transformers}, "
-            f"PyTorch {pytorch}, {py}: choose one of {_listing(supported_combinations(distribution))}.",
+            f"PyTorch {pytorch}, {py}: choose one of {_listing(supported_combinations(distribution, own))}.",
             field=VERSIONS_FIELD,
         )
-    raise SpecError(_unsupported_message(combo, distribution), field=VERSIONS_FIELD)
+    raise SpecError(_unsupported_message(combo, distribution, own), field=VERSIONS_FIELD)
 
 
-def _unsupported_message(combo: Combination, distribution: str) -> str:
+def _unsupported_message(combo: Combination, distribution: str, own: bool = False) -> str:
     label = f"transformers {combo.transformers} / PyTorch {combo.pytorch}"
-    usable = _listing(supported_combinations(distribution))
-    if version_key(combo.transformers)[:2] < TRAINING_MIN_TRANSFORMERS:
-        return f"The training scripts need transformers 4.26 or newer, not {combo.transformers}: choose one of {usable}."
+    usable = _listing(supported_combinations(distribution, own))
+    if not own and version_key(combo.transformers)[:2] < TRAINING_MIN_TRANSFORMERS:
+        return (f"The bot's training scripts need transformers 4.26 or newer, not {combo.transformers}: choose one "
+                f"of {usable}, or run your own script (code=), which may use any image the SDK knows.")
     reason = {
         "data": "smdistributed dataparallel (the article's, legacy) runs only on PyTorch 2.2 or older",
         "model": "smdistributed modelparallel (SMP v1, the article's, legacy) runs only on PyTorch 2.2 or older",

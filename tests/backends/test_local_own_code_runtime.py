@@ -54,14 +54,21 @@ def test_a_runtime_is_built_once_torch_first_then_the_images_packages(tmp_path: 
     pip = FakePip()
     runtimes = ImageRuntimes(tmp_path, base_python="/usr/bin/python3", run=pip)
     runtime = runtimes.ensure(IMAGE)
-    assert [c[1:3] for c in pip.calls] == [["-m", "venv"], ["-m", "pip"], ["-m", "pip"]]
+    assert [c[1:3] for c in pip.calls] == [["-m", "venv"], ["-m", "pip"], ["-m", "pip"], ["-m", "pip"]]
+    assert pip.calls[3][3:5] == ["freeze", "--all"]  # what a lock of this image is made from
     assert pip.calls[1][-1] == "torch==2.13.0"  # alone and first: an open range pulls a CUDA build
     assert {"transformers==4.28.1", "datasets==2.15.0", "evaluate==0.4.0", "accelerate==0.19.0",
             "scikit-learn==1.2.2", "sagemaker-training>=5,<6"} <= set(pip.calls[2])
+    # The image's lock (every package of an earlier build, data/runtime_locks/) constrains the install: no drift.
+    constraints = Path(pip.calls[2][pip.calls[2].index("-c") + 1])
+    locked = set(constraints.read_text().split())
+    assert {"transformers==4.28.1", "tokenizers==0.13.3", "huggingface-hub==0.19.4", "numpy==1.26.4"} <= locked
+    assert not [line for line in locked if line.startswith(("torch==", "pip=="))]  # the CPU torch is pinned alone
+    assert IMAGE.lock and set(IMAGE.lock) == locked
     assert runtime.python == tmp_path.resolve() / "runtimes" / IMAGE.key / "bin" / "python"
     assert runtime.environment() == {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}  # the image's torch 2.0 did so
     runtimes.ensure(IMAGE)
-    assert len(pip.calls) == 3  # cached: nothing is installed again
+    assert len(pip.calls) == 4  # cached: nothing is installed again
 
 
 def test_a_failed_build_leaves_nothing_and_says_pips_reason(tmp_path: Path) -> None:
@@ -74,18 +81,24 @@ def test_a_failed_build_leaves_nothing_and_says_pips_reason(tmp_path: Path) -> N
     assert not runtimes.path(IMAGE).exists() and not runtimes.is_built(IMAGE)
 
 
-def test_an_image_the_table_lacks_is_one_sentence(tmp_path: Path) -> None:
-    spec = parse_command(f"{CODE} transformers_version=4.36.0")
-    with pytest.raises(BadInput, match="has no runtime for the transformers 4.36.0 / PyTorch 2.1.0 training image"):
-        ImageRuntimes(tmp_path, run=FakePip()).for_spec(spec)
+def test_every_image_the_sdk_knows_has_a_row(tmp_path: Path) -> None:
+    from jobs.planning.versions import training_combinations
+
+    for combo in training_combinations():
+        assert image_packages(*combo.as_tuple()) is not None, combo
+    # An image whose packages have no build for this machine's Python says so before pip is asked anything.
+    pip = FakePip()
+    with pytest.raises(BadInput, match="transformers 4.17.0 needs tokenizers<0.13, which has no build for this"):
+        ImageRuntimes(tmp_path, run=pip).for_spec(parse_command(f"{CODE} transformers_version=4.17.0"))
+    assert pip.calls == []
 
 
 def test_the_card_names_the_runtime_and_warns_of_half_precision(tmp_path: Path) -> None:
     spec = parse_command(f"{CODE} hp.fp16=yes hp.model_id=m").model_copy(update={"code_commit": "a" * 40})
     backend = LocalBackend(tmp_path, clock=SystemClock(), runtimes=ImageRuntimes(tmp_path, run=FakePip()))
     note = backend.scaling_note(build_plan(spec, bucket="", lineage_id="l")) or ""
-    assert "transformers 4.28.1 runtime, as the training image (built on the first launch" in note
-    assert "⚠ fp16=yes asked for: this machine's CPU has no half precision" in note
+    assert "transformers 4.28.1 runtime, as the training image (built by the first job" in note
+    assert "fp16 off on the CPU (hp.fp16=False)" in note  # the stand-in's change, said on the card
     assert "fp16" not in (backend.scaling_note(build_plan(parse_command(f"{CODE}").model_copy(
         update={"code_commit": "a" * 40}), bucket="", lineage_id="l")) or "")
 
@@ -154,3 +167,16 @@ def test_trainbot_capacity_takes_a_running_spot_job_and_refuses_anything_else(tm
                        settings=Settings(trainbot_bucket="b"))
     with pytest.raises(BadInput, match="simulated spot reclaim of the local backend"):
         plain.take_capacity("cap-00000002", actor=alice)
+
+
+def test_each_lock_pins_its_rows_own_versions_and_the_buildable_images_have_one() -> None:
+    from jobs.planning.images import known_images
+
+    locked = {image.transformers: image for image in known_images() if image.lock}
+    assert {"4.26.0", "4.28.1"} <= set(locked)  # the images the suite and the machine build
+    for image in locked.values():
+        pins = dict(line.split("==", 1) for line in image.lock)
+        lowered = {name.lower().replace("_", "-"): version for name, version in pins.items()}
+        for name, version in image.packages:  # a lock made from another row's build would contradict it
+            assert lowered.get(name.lower()) == version, (image.key, name, version)
+        assert image.local is None  # a row with a lock was built here

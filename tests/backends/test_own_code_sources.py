@@ -137,7 +137,8 @@ def test_the_articles_call_launches_its_estimator_with_the_entrys_folder_at_the_
     repo: GitRepo, moto_aws: MotoAws, tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    launched = plan(repo, home, f"bert-squad code=git+{{url}}@v4.28.1 entry={QA_DIR}/run_qa.py", "article")
+    launched = plan(repo, home, f"bert-squad code=git+{{url}}@v4.28.1 entry={QA_DIR}/run_qa.py "
+                                "hp.output_dir=/opt/ml/model", "article")  # the article's own output_dir
     tagged = launched.spec.code_commit
     est = launched.estimator
     assert est["git_config"] == {"repo": repo.url, "branch": "v4.28.1", "commit": tagged}
@@ -169,7 +170,8 @@ def test_own_metrics_are_sent_with_the_defaults(repo: GitRepo, moto_aws: MotoAws
 
 def test_a_spot_job_ships_the_spot_entry_beside_the_script(repo: GitRepo, moto_aws: MotoAws, tmp_path: Path) -> None:
     home = tmp_path / "home"
-    launched = plan(repo, home, f"distilbert-spot code=git+{{url}}@v4.28.1 entry={QA_DIR}/run_qa.py", "spotown")
+    launched = plan(repo, home, f"distilbert-spot code=git+{{url}}@v4.28.1 entry={QA_DIR}/run_qa.py "
+                                "checkpoint_minutes=10 hp.output_dir=/opt/ml/checkpoints", "spotown")
     recorder = CallRecorder()
     sagemaker_backend(moto_aws, moto_aws.boto_session(recorders=[recorder]), code_home=home).launch("spotown-1", launched)
     request = recorder.by_name("spotown-1")
@@ -187,7 +189,8 @@ def test_a_plan_from_an_earlier_version_ships_todays_spot_entry_files(
     """A lineage planned before the entry imported its sibling (or by a bot installed elsewhere) relaunches:
     the entry's files come from this install, not from the paths the stored plan names."""
     home = tmp_path / "home"
-    launched = plan(repo, home, f"distilbert-spot code=git+{{url}}@v4.28.1 entry={QA_DIR}/run_qa.py", "oldplan")
+    launched = plan(repo, home, f"distilbert-spot code=git+{{url}}@v4.28.1 entry={QA_DIR}/run_qa.py "
+                                "checkpoint_minutes=10", "oldplan")
     launched.estimator["dependencies"] = [f"/gone/install/training/{SPOT_ENTRY}"]
     recorder = CallRecorder()
     sagemaker_backend(moto_aws, moto_aws.boto_session(recorders=[recorder]), code_home=home).launch("oldplan-2", launched)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -19,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from jobs.backends.local.offline_assets import LocalAssets, ensure_local_assets
-from jobs.backends.local.runtime import Runtime
+from jobs.backends.local.runtime import ImageRuntimes, Runtime, ensure_runtime_assets
 from tests.support.assets import seed_assets
 from tests.support.git_repos import make_repo
-from tests.support.runtimes import link_runtimes, ran_on_image_runtime
+from tests.support.runtimes import CACHE_HOME, link_runtimes, ran_on_image_runtime
 
 TRAINBOT = Path(sys.executable).with_name("trainbot")
 JOB_TIMEOUT_S = 240
@@ -106,19 +107,24 @@ def test_a_teams_trainer_script_from_git_trains_locally_and_reports_its_own_metr
     home = seed_assets(tmp_path / "home", local_assets)
     link_runtimes(home)
     data = ensure_local_assets(home).imdb_train.parent  # train/ and test/ channels of generated reviews
+    # The team's own model folder (the job trains what it names; a hub id is refused offline): the tiny BERT as
+    # the image's transformers saved it, under TRAINBOT_HOME/data where local jobs may read.
+    model = home / "data" / "team-model"
+    shutil.copytree(ensure_runtime_assets(ImageRuntimes(CACHE_HOME), image_runtime).model_dir, model)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_"))}
     env.update(TRAINBOT_HOME=str(home), TRAINBOT_BACKEND="local", TRAINBOT_CODE_SOURCES=repo.url,
                TRAINBOT_LOCAL_DATA_DIRS=str(data))  # the generated reviews may be read by local jobs
 
     refused = trainbot({**env, "TRAINBOT_CODE_SOURCES": "https://github.com/other/"}, "launch",
-                       f"code=git+{repo.url}@main", "entry=classifier/train_text.py", "model=bert-base-uncased",
+                       f"code=git+{repo.url}@main", "entry=classifier/train_text.py", f"model={model}",
                        f"train_data={data}")
     assert refused.returncode == 2 and "not among the sources" in refused.stderr, refused.stderr
 
     launched = trainbot(
-        env, "launch", f"code=git+{repo.url}@main", "entry=classifier/train_text.py", "model=bert-base-uncased",
+        env, "launch", f"code=git+{repo.url}@main", "entry=classifier/train_text.py", f"model={model}",
         f"train_data={data}", "max_steps=20", "batch_size=8", "lr=0.002", "max_seq_length=64", "logging_steps=5",
         "eval_steps=10", "hp.evaluation_strategy=steps", "hp.report_to=none", "hp.save_strategy=no",
+        "hp.output_dir=/opt/ml/model",  # the script requires it; the bot adds nothing the team did not type
     )
     assert launched.returncode == 0, launched.stderr
     lineage = launched.stdout.strip().splitlines()[-1]

@@ -124,13 +124,14 @@ def test_a_spot_script_is_reclaimed_mid_epoch_and_resumes_from_its_checkpoint(
     # saves inside an epoch (each epoch's own save restarts it).
     epochs = 2
     team = Team(tmp_path, image_runtime, SPOT_CLASSIFIER, batch=4, examples=1920)
-    plan = trainbot(team.env, "plan", *team.words("spot=yes", f"hp.epochs={epochs}", "hp.fp16=false"))
+    clock = "checkpoint_minutes=10"  # saves on the clock are asked for (issue 32): the entry adds them
+    plan = trainbot(team.env, "plan", *team.words("spot=yes", clock, f"hp.epochs={epochs}", "hp.fp16=false"))
     assert plan.returncode == 0, plan.stderr
     assert f"Channels: train {team.train}, test {team.test}" in plan.stdout
-    assert "every 10 min, a save trainbot's spot entry adds to your script's Trainer" in plan.stdout
+    assert "every 10 min, a save trainbot's entry adds to your script's Trainer" in plan.stdout
     assert "model_name_or_path" not in plan.stdout and "save_steps" not in plan.stdout
 
-    lineage = team.launch("spot=yes", f"hp.epochs={epochs}", "hp.fp16=false")
+    lineage = team.launch("spot=yes", clock, f"hp.epochs={epochs}", "hp.fp16=false")
     checkpoints = team.checkpoints(lineage)
     steps_per_epoch = team.examples // team.batch
     deadline = time.monotonic() + JOB_TIMEOUT_S
@@ -154,7 +155,9 @@ def test_a_spot_script_is_reclaimed_mid_epoch_and_resumes_from_its_checkpoint(
     assert first["reason"] == "MaxWaitTimeExceeded"
     assert resumed["resumed_from_step"] == saved_at_kill
     assert resumed["steps_redone"] == reached_at_kill - saved_at_kill
-    assert f"continuing training from checkpoint {checkpoints}/checkpoint-{saved_at_kill}" in second
+    # The script's own default (--output_dir /opt/ml/checkpoints): the lineage's checkpoint folder is there, in
+    # the sandbox as in SageMaker's container, with what the first attempt saved.
+    assert f"continuing training from checkpoint /opt/ml/checkpoints/checkpoint-{saved_at_kill}" in second
     assert any(f"{lineage}-2 resumed from the checkpoint at step {saved_at_kill}" in line and
                f"{reached_at_kill - saved_at_kill} steps trained after it" in line for line in team.thread())
     text = trainbot(team.env, "status", lineage).stdout

@@ -135,3 +135,10 @@ def test_plan_and_launch_refuse_on_the_local_backend(settings: Settings, store: 
     assert service.plan(inside).spec.train_data
     service.launch(inside, actor=ALICE)
     assert len(backend.created) == 1
+
+
+def test_a_container_folder_of_own_code_is_the_jobs_own_not_a_path_here(settings: Settings) -> None:
+    own = "code=git+https://h/r.git@" + "a" * 40 + " entry=train.py"
+    check(f"{own} hp.output_dir=/opt/ml/model hp.logging_dir=/opt/ml/output/data/logs", settings)  # the job's folder
+    with pytest.raises(SpecError, match="hp.data_dir='/opt/ml/../../etc' is outside the folders"):
+        check(f"{own} hp.data_dir=/opt/ml/../../etc", settings)  # leaves the job's folder: a path of this machine

@@ -170,21 +170,31 @@ def test_the_articles_data_parallel_call_plans_into_the_articles_estimator_argum
         "model_name_or_path": "bert-large-uncased-whole-word-masking", "dataset_name": "squad",
         "do_train": True, "do_eval": True, "fp16": True, "per_device_train_batch_size": 4,
         "per_device_eval_batch_size": 4, "num_train_epochs": 2, "max_seq_length": 384, "max_steps": 100,
-        "pad_to_max_length": True, "doc_stride": 128, "output_dir": "/opt/ml/model",
+        "pad_to_max_length": True, "doc_stride": 128,  # and nothing of the bot's: no output_dir (issue 32)
     }
+    assert "checkpoint_s3_uri" not in est and "environment" not in est  # no spot, no checkpoint_minutes=
+    # The article passes output_dir itself; a team that types it gets it (a container folder).
+    typed = parse_command(f"bert-squad code=git+{ARTICLE_REPO}@v4.28.1 entry={QA_ENTRY} hp.output_dir=/opt/ml/model")
+    assert typed.hyperparameters["output_dir"] == "/opt/ml/model"
 
 
-def test_a_spot_job_with_own_code_runs_through_the_spot_entry_and_says_how_to_resume() -> None:
+def test_a_spot_job_with_own_code_runs_its_own_entry_and_says_how_to_resume() -> None:
     spec = parse_command(f"distilbert-spot code=git+{ARTICLE_REPO}@v4.28.1 entry={QA_ENTRY}")
     plan = build_plan(spec.model_copy(update={"code_commit": "c" * 40}), bucket="b", lineage_id="l")
     est = plan.estimator
-    # The entry runs the script and adds saves on the clock (the spot default, 10 min) to its Trainer.
-    assert est["entry_point"] == SPOT_ENTRY
-    assert est["environment"] == {"TRAINBOT_USER_ENTRY": "run_qa.py", "TRAINBOT_CHECKPOINT_MINUTES": "10"}
-    shipped = [Path(p) for p in est["dependencies"]]
-    assert [p.name for p in shipped] == [SPOT_ENTRY, "trainbot_rank_agreement.py"] and all(p.is_file() for p in shipped)
-    assert est["hyperparameters"]["output_dir"] == "/opt/ml/checkpoints"
+    # Spot alone: the team's script as its own estimator names it, with the CheckpointConfig spot needs.
+    assert est["entry_point"] == "run_qa.py" and "environment" not in est and "dependencies" not in est
+    assert est["checkpoint_s3_uri"] == "s3://b/trainbot/l/checkpoints"
+    assert "output_dir" not in est["hyperparameters"]
     assert SPOT_RESUME_NOTE in render_plan_text(plan) and "\n" not in SPOT_RESUME_NOTE
+    # Saves on the clock asked for: the entry runs the script and adds them to its Trainer.
+    clock = build_plan(parse_command(f"distilbert-spot code=git+{ARTICLE_REPO}@v4.28.1 entry={QA_ENTRY} "
+                                     "checkpoint_minutes=10").model_copy(update={"code_commit": "c" * 40}),
+                       bucket="b", lineage_id="l").estimator
+    assert clock["entry_point"] == SPOT_ENTRY
+    assert clock["environment"] == {"TRAINBOT_USER_ENTRY": "run_qa.py", "TRAINBOT_CHECKPOINT_MINUTES": "10"}
+    shipped = [Path(p) for p in clock["dependencies"]]
+    assert [p.name for p in shipped] == [SPOT_ENTRY, "trainbot_rank_agreement.py"] and all(p.is_file() for p in shipped)
 
 
 def test_an_s3_tarball_is_the_sdks_own_source_form() -> None:
@@ -238,8 +248,7 @@ def test_own_metrics_add_to_and_replace_the_defaults() -> None:
     [
         ("f1", "NAME:REGEX"),
         ("f1:(unclosed", "not a valid regex"),
-        ("f1:no group", "exactly one (capturing group)"),
-        ("f1:(a)(b)", "exactly one"),
+        ("f1:no group", "needs a (capturing group) around the number"),
         ("9x:([0-9]+)", "Metric name"),
         ("f1:(1),f1:(2)", "defined twice"),
     ],
@@ -247,6 +256,18 @@ def test_own_metrics_add_to_and_replace_the_defaults() -> None:
 def test_bad_metrics_are_one_sentence(value: str, says: str) -> None:
     with pytest.raises(SpecError, match=re.escape(says)):
         parse_command(f"bert-squad metrics='{value}'")
+
+
+def test_two_group_regexes_are_read_as_sagemaker_reads_them() -> None:
+    # The public examples' pattern: the value is the first group, whatever groups follow (issue 32).
+    regex = "'loss': ([0-9]+(.|e\\-)[0-9]+),?"
+    plan = build_plan(parse_command(f"bert-squad metrics=\"my_loss:{regex}\""), bucket="b", lineage_id="l")
+    assert {"Name": "my_loss", "Regex": regex} in plan.estimator["metric_definitions"]
+    scanner = MetricScanner.of(plan.estimator["metric_definitions"])
+    assert ("my_loss", 0.6931, None) in scanner.scan("{'loss': 0.6931, 'learning_rate': 5e-05}")
+    assert ("my_loss", 0.005, None) in scanner.scan("{'loss': 5e-3}")  # the whole first group, its inner one aside
+    with pytest.raises(SpecError, match="backtracking"):  # still RE2: linear whatever the groups
+        parse_command("bert-squad metrics='f1:(a)(b)\\2'")
 
 
 def test_at_most_forty_definitions_in_all() -> None:
@@ -268,7 +289,7 @@ def test_own_code_takes_its_scripts_own_names_but_never_the_reserved_ones() -> N
     assert build_plan(spec, bucket="b", lineage_id="l").estimator["hyperparameters"]["my_flag"] == "on"
     with pytest.raises(SpecError, match="not an argument of"):
         parse_command("bert-squad hp.my_flag=on")  # the bot's own scripts take only their names
-    for refused, says in (("hp.sagemaker_program=x.py", "sagemaker_"), ("hp.output_dir=/tmp/x", "folders"),
+    for refused, says in (("hp.sagemaker_program=x.py", "sagemaker_"), ("hp.output_dir=/tmp/x", "folder of the job's container"),
                           ("hp.push_to_hub=true", "outside your account"), ("hp.report_to=wandb", "report_to")):
         with pytest.raises(SpecError, match=says):
             parse_command(f"{own} {refused}")

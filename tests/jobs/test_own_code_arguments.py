@@ -32,7 +32,7 @@ def plan_of(text: str, **update: object):  # noqa: ANN201
 def test_own_code_needs_no_model_dataset_or_task_and_gets_none_of_the_bots_arguments() -> None:
     plan = plan_of(f"{CODE} spot=yes hp.model_id=distilbert-base-uncased hp.epochs=1")
     hps = plan.estimator["hyperparameters"]
-    assert hps == {"model_id": "distilbert-base-uncased", "epochs": 1, "output_dir": "/opt/ml/checkpoints"}
+    assert hps == {"model_id": "distilbert-base-uncased", "epochs": 1}  # exactly what was typed: no output_dir
     assert plan.spec.model is None and plan.spec.dataset is None and plan.spec.task is None
     assert "the script's own model on the script's own data" in render_plan_text(plan)
 
@@ -92,8 +92,11 @@ def test_a_local_path_in_any_own_code_hyperparameter_obeys_the_local_path_rule(t
 
 
 def test_checkpoint_minutes_is_refused_where_nothing_would_act_on_it() -> None:
-    with pytest.raises(SpecError, match="works on spot jobs only"):
-        parse_command(f"{CODE} checkpoint_minutes=5")
+    # Without spot it acts all the same: the entry's clock and a CheckpointConfig (checkpoints were asked for).
+    on_demand = plan_of(f"{CODE} checkpoint_minutes=5", code_trainer=True, code_saves="x")
+    assert on_demand.estimator["environment"] == {"TRAINBOT_USER_ENTRY": "train.py", "TRAINBOT_CHECKPOINT_MINUTES": "5"}
+    assert on_demand.estimator["entry_point"] == "trainbot_spot_entry.py"
+    assert on_demand.estimator["checkpoint_s3_uri"] == "s3://b/trainbot/l/checkpoints"
     # Once the pinned entry is read (jobs.planning.reader) and it builds no Trainer:
     fields = parse_command(f"{CODE} spot=yes checkpoint_minutes=5").model_dump()
     with pytest.raises(SpecError, match="needs a script that builds a transformers Trainer"):
@@ -108,9 +111,10 @@ def test_the_checkpoint_line_says_what_saves_the_script() -> None:
     assert script_saving("for step in loop:\n    torch.save(model.state_dict(), path)") == \
         (False, "its own torch.save checkpoints")
     assert "at most 10 min" in checkpoint_words(spot=True, minutes=10, trainer=True, saves="x")
-    assert "cannot add saves on the clock" in checkpoint_words(spot=True, minutes=10, trainer=False, saves="x")
+    assert checkpoint_words(spot=False, minutes=None, trainer=False, saves="x") == "Checkpoints: your script's own: x."
     line = render_plan_text(plan_of(f"{CODE} spot=yes", code_trainer=False, code_saves="its own torch.save checkpoints"))
-    assert "builds no Trainer, so trainbot cannot add saves on the clock; it keeps its own torch.save" in line
+    assert ("Checkpoints: your script's own: its own torch.save checkpoints; SageMaker keeps /opt/ml/checkpoints "
+            "across interruptions") in line
 
 
 @pytest.mark.parametrize(("line", "name", "value"), [
@@ -132,5 +136,5 @@ def test_the_image_table_names_the_runtime() -> None:
     image = image_packages("4.26.0", "1.13.1", "py39")
     assert image is not None and image.label() == "transformers 4.26.0 runtime, as the training image"
     assert dict(image.packages) == {"transformers": "4.26.0", "datasets": "2.9.0", "evaluate": "0.4.0",
-                                    "accelerate": "0.16.0", "scikit-learn": "1.2.1"}
+                                    "accelerate": "0.16.0", "scikit-learn": "1.2.1", "safetensors": "0.3.1"}
     assert image.loads_without_weights_only  # torch 1.13 loaded checkpoints without weights_only

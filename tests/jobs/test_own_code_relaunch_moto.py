@@ -70,7 +70,10 @@ def test_a_branch_moved_after_launch_still_relaunches_the_pinned_commit(moto_aws
 
     second = created.by_name(f"{lineage.id}-2")
     assert _script_in(moto_aws, second) == "print('planned')\n"
-    assert second["Environment"]["TRAINBOT_USER_ENTRY"] == "train.py"
+    # spot= alone runs the team's own entry, as its HuggingFace(...) call would (the bot's spot entry only with
+    # checkpoint_minutes=): no bot variable in the job's environment.
+    assert json.loads(second["HyperParameters"]["sagemaker_program"]) == "train.py"
+    assert "TRAINBOT_USER_ENTRY" not in second.get("Environment", {})
     relaunched = store.get_lineage(lineage.id)
     assert relaunched.spec.code_commit == pinned and len(relaunched.attempts) == 2
     report = build_report(relaunched, backend).to_text()

@@ -104,7 +104,9 @@ def put(aws: MotoAws, key: str, body: bytes) -> str:
 
 def own_code_plan(uri: str, aws: MotoAws, *, preset: str = "distilbert-spot") -> object:
     reader = CommandReader.of(max_instances=16, code_sources=(f"s3://{aws.bucket}/",))
-    spec = reader.read(f"{preset} code={uri} entry=train.py")
+    # checkpoint_minutes=: the bot's spot entry goes beside the team's code, so the tarball is unpacked here first
+    # (spot alone passes an s3:// tarball on to SageMaker as it is, as the team's own HuggingFace(...) call would).
+    spec = reader.read(f"{preset} code={uri} entry=train.py checkpoint_minutes=5")
     return build_plan(spec, bucket=aws.bucket, lineage_id="own")
 
 
@@ -138,7 +140,7 @@ def test_an_escaping_tarball_is_refused_on_sagemaker_before_anything_is_created(
     creates = CallRecorder("CreateTrainingJob")
     backend = sagemaker_backend(bucket, bucket.boto_session(recorders=[creates]), code_home=tmp_path / "home")
 
-    with pytest.raises(SpecError, match="The code tarball"):  # a spot job's tarball is unpacked here first
+    with pytest.raises(SpecError, match="The code tarball"):  # unpacked here first: the spot entry goes beside it
         backend.launch("own-1", own_code_plan(uri, bucket))
 
     assert landed_outside(tmp_path) == [] and creates.calls == []

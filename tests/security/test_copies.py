@@ -45,7 +45,8 @@ def looping_repo(tmp_path: Path) -> tuple[GitRepo, str]:
 def plan_of(repo: GitRepo, commit: str, bucket: str = "test-bucket") -> object:
     resolver = GitCodeSources(repo.bare.parent / "resolver-home")  # a full commit is taken as it is
     reader = CommandReader.of(max_instances=16, code_sources=(repo.url,), resolver=resolver)
-    spec = reader.read(f"distilbert-spot code=git+{repo.url}@{commit} entry=jobs/train.py")  # spot: a staged copy
+    # checkpoint_minutes=: the bot's spot entry goes beside the code, so the checkout is copied (staged) first.
+    spec = reader.read(f"distilbert-spot code=git+{repo.url}@{commit} entry=jobs/train.py checkpoint_minutes=5")
     return build_plan(spec, bucket=bucket, lineage_id="loop")
 
 

@@ -69,8 +69,7 @@ def hostile_job(tmp_path: Path, image_runtime: Runtime) -> Iterator[tuple[dict[s
     home = tmp_path / "home"
     link_runtimes(home)  # own code runs on its image's runtime: the session's, built once
     env = clean_env(home, TRAINBOT_CODE_SOURCES=repo.url)
-    launched = trainbot(env, "launch", f"code=git+{repo.url}@main", "entry=hostile.py", "model=bert-base-uncased",
-                        "dataset=imdb", HOSTILE_METRICS)
+    launched = trainbot(env, "launch", f"code=git+{repo.url}@main", "entry=hostile.py", HOSTILE_METRICS)
     assert launched.returncode == 0, launched.stderr
     folder = home / "local-jobs" / f"{launched.stdout.strip().splitlines()[-1]}-1"
     log = folder / "logs" / "train.log"

@@ -162,3 +162,93 @@ def printed_final(log: str, name: str) -> float:
     values = [line.split(" = ", 1)[1] for line in log.splitlines() if line.startswith(f"{name} = ")]
     assert values, f"the script printed no {name} = ... line"
     return float(json.loads(values[-1]))
+
+
+#: transformers' own examples' habit: a strict HfArgumentParser over the script's own dataclass, with no
+#: output_dir field (it writes where SageMaker says, SM_MODEL_DIR): any argument it was not given a field for is
+#: refused ("Some specified arguments are not used by the HfArgumentParser"), so an added --output_dir fails it.
+STRICT_HF_PARSER = '''\
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+from datasets import load_from_disk
+from transformers import AutoModelForSequenceClassification, AutoTokenizer, HfArgumentParser, Trainer, TrainingArguments
+
+
+@dataclass
+class ScriptArguments:
+    model_id: str = field(metadata={"help": "the model folder or hub id"})
+    epochs: float = field(default=1.0)
+    train_batch_size: int = field(default=16)
+    learning_rate: float = field(default=5e-5)
+
+
+if __name__ == "__main__":
+    (args,) = HfArgumentParser(ScriptArguments).parse_args_into_dataclasses()  # strict: unknown arguments fail
+    print(f"MY_FLAG={os.environ.get('MY_FLAG', '<unset>')}", flush=True)
+    tokenizer = AutoTokenizer.from_pretrained(args.model_id)
+    train = load_from_disk(os.environ["SM_CHANNEL_TRAIN"])
+    test = load_from_disk(os.environ["SM_CHANNEL_TEST"])
+
+    def tokenize(batch):
+        return tokenizer(batch["text"], padding="max_length", truncation=True, max_length=32)
+
+    train, test = train.map(tokenize, batched=True), test.map(tokenize, batched=True)
+    model = AutoModelForSequenceClassification.from_pretrained(args.model_id, num_labels=2)
+    training_args = TrainingArguments(output_dir=os.environ["SM_MODEL_DIR"], num_train_epochs=args.epochs,
+                                      per_device_train_batch_size=args.train_batch_size, logging_steps=5,
+                                      learning_rate=args.learning_rate, save_strategy="no", report_to=[])
+
+    def accuracy(eval_pred):
+        return {"accuracy": float((np.argmax(eval_pred.predictions, axis=1) == eval_pred.label_ids).mean())}
+
+    trainer = Trainer(model=model, args=training_args, train_dataset=train, eval_dataset=test,
+                      compute_metrics=accuracy)
+    trainer.train()
+    for key, value in sorted(trainer.evaluate().items()):
+        print(f"{key} = {value}")
+    trainer.save_model(os.environ["SM_MODEL_DIR"])
+    tokenizer.save_pretrained(os.environ["SM_MODEL_DIR"])
+'''
+
+#: A script that needs a variable of its environment (env.NAME=VALUE), as accelerate's launcher and many
+#: scripts do: it fails without it.
+READS_ENVIRONMENT = '''\
+import os
+import sys
+
+flag = os.environ.get("MY_FLAG")
+if flag != "on":
+    print(f"MY_FLAG is {flag!r}: set it", flush=True)
+    sys.exit(3)
+print("MY_FLAG=on", flush=True)
+print("eval_loss = 0.25")
+'''
+
+#: The metric definitions public examples pass: the value is the first group, a second group inside it.
+TWO_GROUP_METRICS = "loss_2g:'loss': ([0-9]+(.|e\\-)[0-9]+),?,acc_2g:eval_accuracy = ([0-9]+(.|e\\-)[0-9]+)"
+
+#: An inference handler as sagemaker-huggingface-inference-toolkit loads one from code/inference.py: model_fn
+#: loads from the model folder, predict_fn answers (input_fn and output_fn stay the toolkit's: JSON in and out).
+INFERENCE_HANDLER = '''\
+import torch
+from transformers import AutoModel, AutoTokenizer
+
+
+def model_fn(model_dir):
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModel.from_pretrained(model_dir).eval()
+    return model, tokenizer
+
+
+def predict_fn(data, model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    sentences = data.pop("inputs", data)
+    encoded = tokenizer(sentences, padding=True, truncation=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**encoded)
+    mask = encoded["attention_mask"].unsqueeze(-1).float()
+    embeddings = (output.last_hidden_state * mask).sum(1) / mask.sum(1)
+    return {"vectors": torch.nn.functional.normalize(embeddings, p=2, dim=1).tolist()}
+'''

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jobs.backends.archives import ArchiveLimits, pack_tree, unpack_file
+from jobs.backends.archives import ArchiveLimits, is_debris, pack_tree, unpack_file
 from jobs.backends.local.runner import training_command, wrapper_command
 from jobs.backends.local.state import JobFolder
 from jobs.errors import BackendError
@@ -65,13 +65,9 @@ def toolkit_available(python: str, *, own: bool = True) -> bool:
 
 def write_sourcedir(source_dir: Path, archive: Path, limits: ArchiveLimits | None = None) -> None:
     """`sourcedir.tar.gz` as the SDK's `create_tar_file` makes it: every entry of source_dir at the
-    archive's root (caches left out: they are this machine's, not the code). A link is refused, never
+    archive's root (debris left out: caches and leftovers are this machine's, not the code). A link is refused, never
     followed, and the packed code has the caps of own code."""
-    pack_tree(source_dir, archive, limits or ArchiveLimits(), what="The code", skip=_is_cache)
-
-
-def _is_cache(name: str) -> bool:
-    return name == "__pycache__" or name.endswith(".pyc")
+    pack_tree(source_dir, archive, limits or ArchiveLimits(), what="The code", skip=is_debris)
 
 
 def unpack_sourcedir(archive: Path, code_dir: Path, limits: ArchiveLimits | None = None) -> None:

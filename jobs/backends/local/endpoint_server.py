@@ -48,11 +48,46 @@ MAX_NEW_TOKENS = 64  # text generation, unless the request's parameters say (up 
 MAX_NEW_TOKENS_LIMIT = 512
 
 
+class TeamHandler:
+    """A team's ``inference.py`` as sagemaker-huggingface-inference-toolkit's HuggingFaceHandlerService loads it:
+    the module imported from its folder, and each of ``model_fn(model_dir)``, ``input_fn(body, content_type)``,
+    ``predict_fn(data, model)`` and ``output_fn(prediction, accept)`` it defines used in place of the default
+    (JSON in, the task's pipeline, JSON out). Called with the decoded request body."""
+
+    def __init__(self, model_dir: Path, folder: Path, entry: str, task: str) -> None:
+        import importlib.util
+
+        self.task = task
+        spec = importlib.util.spec_from_file_location("inference", folder / entry)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"{folder / entry} is not a Python file")
+        sys.path.insert(0, str(folder))  # the handler imports its siblings, as in the toolkit's code/ folder
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        self._input = getattr(module, "input_fn", None)
+        self._predict = getattr(module, "predict_fn", None)
+        self._output = getattr(module, "output_fn", None)
+        model_fn = getattr(module, "model_fn", None)
+        self._model = model_fn(str(model_dir)) if model_fn else Predictor(model_dir, task)
+        if self._predict is None and not isinstance(self._model, Predictor):
+            raise ValueError("inference.py has model_fn but no predict_fn: the toolkit needs both or neither")
+
+    def __call__(self, body: bytes) -> Any:
+        data = self._input(body, "application/json") if self._input else json.loads(body)
+        prediction = self._predict(data, self._model) if self._predict else self._model(data["inputs"])
+        if self._output is None:
+            return prediction
+        out = self._output(prediction, "application/json")
+        return json.loads(out) if isinstance(out, str | bytes) else out
+
+
 class Predictor:
     """A saved model for one task, called with the inference toolkit's ``inputs`` value."""
 
     def __init__(self, model_dir: Path, task: str) -> None:
         self.task = task
+        if not task:
+            raise ValueError("the model serves no task and brings no handler (code/inference.py)")
         if task == "question-answering":
             self._answer = _QuestionAnswerer(model_dir)
         elif task == "text-generation":
@@ -157,7 +192,7 @@ class Serving:
 
     config: str
     model: Path
-    predictor: Predictor
+    predictor: Predictor | TeamHandler
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -184,12 +219,16 @@ class _Handler(BaseHTTPRequestHandler):
             return
         serving = self.server.serving  # taken once: a swap from here on does not touch this request
         try:
-            body = json.loads(self.rfile.read(length))
-            if "messages" in body:  # TGI's chat completion on /invocations
-                inputs, parameters = body["messages"], {k: body[k] for k in ("max_tokens",) if k in body}
+            body = self.rfile.read(length)
+            if isinstance(serving.predictor, TeamHandler):  # the team's input_fn reads the body as it came
+                answer = self.server.model_thread.submit(serving.predictor, body).result()
             else:
-                inputs, parameters = body["inputs"], body.get("parameters")
-            answer = self.server.model_thread.submit(serving.predictor, inputs, parameters).result()
+                request = json.loads(body)
+                if "messages" in request:  # TGI's chat completion on /invocations
+                    inputs, parameters = request["messages"], {k: request[k] for k in ("max_tokens",) if k in request}
+                else:
+                    inputs, parameters = request["inputs"], request.get("parameters")
+                answer = self.server.model_thread.submit(serving.predictor, inputs, parameters).result()
         except (ValueError, KeyError, TypeError) as exc:
             self._send(HTTPStatus.BAD_REQUEST, {"error": str(exc) or type(exc).__name__}, config=serving.config)
             return
@@ -263,7 +302,10 @@ class _Server(ThreadingHTTPServer):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--model", type=Path, required=True)
-    parser.add_argument("--task", required=True, choices=("question-answering", "text-classification", "text-generation"))
+    parser.add_argument("--task", required=True,
+                        choices=("question-answering", "text-classification", "text-generation", ""))
+    parser.add_argument("--handler", type=Path, default=None, help="the folder of the team's inference.py")
+    parser.add_argument("--handler-entry", default="inference.py", help="the handler's file in that folder")
     parser.add_argument("--state", type=Path, required=True)
     parser.add_argument("--config", default="initial", help="the name of the config it serves first")
     parser.add_argument("--serving", type=Path, default=None, help="read on SIGHUP: the model to swap to")
@@ -271,7 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # until there is a model to swap from
-    server = _Server(Serving(args.config, args.model, Predictor(args.model, args.task)), args.state, args.serving)
+    predictor: Predictor | TeamHandler = (
+        TeamHandler(args.model, args.handler, args.handler_entry, args.task) if args.handler is not None
+        else Predictor(args.model, args.task)
+    )
+    server = _Server(Serving(args.config, args.model, predictor), args.state, args.serving)
     signal.signal(signal.SIGHUP, lambda signum, frame: server.reload_soon())
     port = int(server.server_address[1])
     server.write_state()

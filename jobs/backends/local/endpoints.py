@@ -49,6 +49,7 @@ from jobs.errors import BackendError, BadInput, NotFound
 
 logger = logging.getLogger(__name__)
 
+
 SERVER_MODULE = "jobs.backends.local.endpoint_server"
 SIGHUP = int(signal.SIGHUP)  # the server reads serving.json and swaps its model
 STOP_WAIT_SECONDS = 5.0
@@ -73,13 +74,17 @@ class LocalEndpoints:
         runner: ProcessRunner | None = None,
         python: str = sys.executable,
         sandbox: Sandbox | None = None,
+        handler_unsandboxed: bool = False,
     ) -> None:
         self._root = Path(home).resolve() / "local-endpoints"
         self._jobs_root = Path(home).resolve() / "local-jobs"
-        self._sandbox = sandbox or Sandbox()
         self._clock = clock
         self._runner = runner or SubprocessRunner()
         self._python = python
+        # A team's inference handler is other people's code: it runs in bwrap, as their training does; without a
+        # working sandbox only the console (one person on their own machine) may run it.
+        self._sandbox = sandbox or Sandbox()
+        self._handler_unsandboxed = handler_unsandboxed
         self._spawned: set[int] = set()  # between fork and exec a child still shows our own command line
         self._local = (
             threading.local()
@@ -98,10 +103,12 @@ class LocalEndpoints:
         (folder / "run").mkdir(parents=True)
         try:
             staged = self._stage(model, folder, request.name)
-        except BackendError:
+            handler = self._handler_arguments(request, staged)
+            isolated = self._isolated(bool(handler))
+        except (BackendError, BadInput):
             shutil.rmtree(folder, ignore_errors=True)
             raise
-        argv = [self._python, "-m", SERVER_MODULE, "--model", str(staged), "--task", request.task]
+        argv = [self._python, "-m", SERVER_MODULE, "--model", str(staged), "--task", request.task, *handler]
         argv += ["--state", str(folder / "run" / "server.json"), "--config", request.name]
         argv += ["--serving", str(folder / "serving.json")]
         _write_json(folder / "configs.json", {request.name: {"model": str(staged), "task": request.task}})
@@ -111,7 +118,8 @@ class LocalEndpoints:
             "HF_HUB_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
         }
-        argv, env = self._sandboxed(argv, env, folder)
+        if isolated:
+            argv, env = self._sandboxed(argv, env, folder, Path(handler[1]) if handler else None)
         try:
             pid = self._runner.spawn(argv, env=env, cwd=folder, log_path=folder / "server.log")
             self._spawned.add(pid)
@@ -122,11 +130,39 @@ class LocalEndpoints:
             "name": request.name,
             "model": str(model),
             "task": request.task,
+            "handler": bool(handler),
+            "sandboxed": isolated,
             "pid": pid,
             "created_at": self._clock.now().isoformat(),
         }
         (folder / "endpoint.json").write_text(json.dumps(record, indent=1))
         logger.info("started local endpoint %s (pid %d) for %s", request.name, pid, model)
+
+    def _isolated(self, handler: bool) -> bool:
+        """Whether the server runs sandboxed: wherever the sandbox works (a model folder is other people's
+        data). A team's handler is other people's code too: without a working sandbox only the console (one
+        person on their own machine) may run it, and elsewhere it is refused in one sentence (BadInput)."""
+        if self._sandbox.active():
+            return True
+        if not handler or self._handler_unsandboxed:
+            return False
+        raise BadInput(
+            "A team's inference handler (entry_point=, or code/inference.py in the model) runs on this bot's local "
+            f"backend only inside a bubblewrap sandbox, and here {self._sandbox.unsandboxed_reason()}: install "
+            "bubblewrap and set TRAINBOT_LOCAL_SANDBOX=auto, or deploy without a handler."
+        )
+
+    def _handler_arguments(self, request: DeployRequest, staged: Path) -> list[str]:
+        """``--handler DIR``: the team's inference.py (entry_point=, checked out at the job's commit), or the
+        model's own code/inference.py (of its checked copy), as the inference toolkit finds one in the archive."""
+        if request.handler is not None:
+            from jobs.backends.code_sources import handler_folder
+
+            folder = handler_folder(self._root.parent, request.handler)
+            return ["--handler", str(folder), "--handler-entry", request.handler.entry_point]
+        if (staged / "code" / "inference.py").is_file():
+            return ["--handler", str(staged / "code"), "--handler-entry", "inference.py"]
+        return []
 
     # -- reading -----------------------------------------------------------------------------------
 
@@ -156,6 +192,10 @@ class LocalEndpoints:
         if pid is None or not self._alive(folder):
             raise BackendError(f"Local endpoint {request.endpoint} is not running: `/undeploy "
                                f"{request.endpoint}` and deploy again.")
+        if _read_json(folder / "endpoint.json").get("handler"):
+            raise BackendError(f"Local endpoint {request.endpoint} serves a team's inference handler, which a local "
+                               "endpoint does not swap in place: deploy the new job with its entry_point= under "
+                               "another name.")
         configs = _read_json(folder / "configs.json")
         if request.model is not None:
             staged = self._stage(Path(request.model.model_data), folder, request.config_name)
@@ -302,17 +342,19 @@ class LocalEndpoints:
             return self._jobs_root, real.relative_to(self._jobs_root).as_posix()
         return real.parent, real.name
 
-    def _sandboxed(self, argv: list[str], env: dict[str, str], folder: Path) -> tuple[list[str], dict[str, str]]:
-        """The server's command in the sandbox, where it works here; as it is otherwise."""
-        if self._sandbox.mode == "off" or self._sandbox.problem() is not None:
-            return argv, env
+    def _sandboxed(self, argv: list[str], env: dict[str, str], folder: Path,
+                   handler: Path | None) -> tuple[list[str], dict[str, str]]:
+        """The server's command in the sandbox: the bot's interpreter, its ``jobs`` package, the endpoint's
+        folder (the checked model copies) and a team's handler folder read-only, ``run/`` writable, the host's
+        network (the bot reaches it on loopback). Not tied to the bot's life: the server outlives a restart."""
         run = folder / "run"
-        mounts = JobMounts(folder, (run,), _server_readable(self._python), network=True, cwd=run,
+        readable = (*_server_readable(self._python), *((handler,) if handler is not None else ()))
+        mounts = JobMounts(folder, (run,), readable, network=True, cwd=run,
                            identity=sandbox_identity(folder / "sandbox-passwd", folder / "sandbox-group", run),
                            tmpfs_bytes=SERVER_TMPFS_BYTES)
         inside = sandbox_environment(env, run)
         hand_over(mounts, self._sandbox.host_uid())
-        return [*self._sandbox.arguments(mounts), "--", *argv], inside
+        return [*self._sandbox.arguments(mounts, die_with_parent=False), "--", *argv], inside
 
     def _alive(self, folder: Path) -> bool:
         pid = self._pid(folder)

@@ -53,6 +53,17 @@ class Interpreter:
         """The environment of ``python`` (asked once per executable and process)."""
         return _interpreter(str(Path(python).absolute()))
 
+    @classmethod
+    def planned(cls, prefix: Path, base: Interpreter) -> Interpreter:
+        """A venv at ``prefix`` made from ``base``'s Python, as it will be once built (an image runtime built in
+        the job's own first step, prepare.py): no process is asked, the layout is the venv module's."""
+        return cls(
+            python=prefix / "bin" / "python", prefix=prefix, base_prefix=base.base_prefix,
+            base_executable=base.base_executable,
+            site_packages=(prefix / "lib" / f"python{base.version}" / "site-packages",),
+            version=base.version, full_version=base.full_version,
+        )
+
     def read_only_paths(self) -> tuple[Path, ...]:
         """What the sandbox mounts read-only so this Python runs: the venv, the installation under it, and
         where the binary really lives (both resolved: the sandbox binds real folders)."""

@@ -15,16 +15,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from jobs.backends.local import container as local_container
+from jobs.backends.local.cpu_standin import STANDIN_ENV
 from jobs.backends.local.environment import base_environment
 from jobs.backends.local.offline_assets import LocalAssets, ensure_local_assets
 from jobs.backends.local.offline_chat import ChatAssets
 from jobs.backends.local.runtime import (
     ImageRuntimes,
     Runtime,
-    ensure_runtime_assets,
     ensure_runtime_chat_assets,
+    image_for,
     image_of,
     missing_runtime,
+    no_local_runtime,
 )
 from jobs.backends.local.scaling import LocalLimits, LocalRun, script_arguments
 from jobs.backends.local.state import JobFolder
@@ -44,12 +46,13 @@ class JobPython:
 
     @classmethod
     def of(cls, plan: LaunchPlan, runtimes: ImageRuntimes, bot_python: str) -> JobPython:
-        """A team's own script and the LLM script: the image's runtime (built on first use); the bot's other
-        scripts: the bot's Python."""
+        """A team's own script and the LLM script: the image's runtime (built by the job's first step when it is
+        not there yet, prepare.py; refused here in one sentence when the table lacks the image or it cannot run
+        here); the bot's other scripts: the bot's Python."""
         if not runs_on_image_runtime(plan.spec):
             return cls(bot_python)
-        runtime = runtimes.for_spec(plan.spec)
-        return cls(str(runtime.python), runtime)
+        image = image_for(plan.spec)
+        return cls(str(runtimes.path(image) / "bin" / "python"), Runtime(image, runtimes.path(image) / "bin" / "python"))
 
     def assets(self, plan: LaunchPlan, runtimes: ImageRuntimes, home: Path, *,
                offline: bool) -> LocalAssets | ChatAssets | None:
@@ -58,11 +61,9 @@ class JobPython:
             return None
         if self.runtime is None:  # the tiny model is needed even when the data is the person's own folder
             return ensure_local_assets(home)
-        if plan.spec.task == LLM_TASK and not plan.spec.own_code:
-            return ensure_runtime_chat_assets(runtimes, self.runtime)
-        if "model_name_or_path" in (plan.estimator.get("hyperparameters") or {}):
-            return ensure_runtime_assets(runtimes, self.runtime)
-        return None  # a team's script that names its own model gets none of ours
+        if plan.spec.task == LLM_TASK and not plan.spec.own_code:  # its tiny chat model, saved by the runtime
+            return ensure_runtime_chat_assets(runtimes, runtimes.ensure(self.runtime.image))
+        return None  # a team's script trains the model it names: the tiny one is only for the bot's presets
 
     def code_environment(self, code_env: dict[str, str], limits: LocalLimits) -> dict[str, str]:
         """The plan's environment (the spot entry's) plus the runtime's, with the entry's clock scaled to a
@@ -71,6 +72,7 @@ class JobPython:
         if self.runtime is None:
             return env
         env.update(self.runtime.environment())
+        env[STANDIN_ENV] = "1"  # what the script asks of a GPU, read for the CPU (cpu_standin)
         if own_code.CHECKPOINT_MINUTES_ENV in env:
             planned = float(env[own_code.CHECKPOINT_MINUTES_ENV])
             env[own_code.CHECKPOINT_MINUTES_ENV] = f"{min(planned, limits.own_checkpoint_minutes):g}"
@@ -119,5 +121,7 @@ def own_code_note(plan: LaunchPlan, run: LocalRun, runtimes: ImageRuntimes) -> s
     image = image_of(plan.spec)
     if image is None:
         return f"{run.note()}; ⚠ {missing_runtime(plan.spec)}"
-    built = "" if runtimes.is_built(image) else " (built on the first launch, a few minutes, then kept)"
+    if image.local:
+        return f"{run.note()}; ⚠ {no_local_runtime(image)}"
+    built = "" if runtimes.is_built(image) else " (built by the first job, a few minutes, then kept)"
     return f"{run.note()}; {image.label()}{built}; {local_container.RUNNER_LABELS[local_container.TOOLKIT]}"

@@ -32,12 +32,16 @@ from jobs.planning.spec import JobSpec
 logger = logging.getLogger(__name__)
 
 READY_FILE = "trainbot-runtime.json"
+#: Every package of a built runtime as pip installed it: what tools/lock_runtime.py turns into the image's lock.
+FREEZE_FILE = "trainbot-freeze.txt"
+BUILD_STEPS = 3
 PIP_TIMEOUT_S = 1800  # the first build downloads a few hundred MB
 ASSETS_TIMEOUT_S = 600
 #: Where the bot's own modules live, for the runtime to build its offline assets with its own transformers.
 _SOURCE_ROOT = Path(__file__).resolve().parents[3]
 
 Run = Callable[..., "subprocess.CompletedProcess[str]"]
+Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,7 @@ class ImageRuntimes:
 
     def for_spec(self, spec: JobSpec) -> Runtime:
         """The runtime of the image ``spec`` asks for; BadInput (one sentence) when the data file lacks it."""
-        image = image_of(spec)
-        if image is None:
-            raise BadInput(missing_runtime(spec))
-        return self.ensure(image)
+        return self.ensure(image_for(spec))
 
     def path(self, image: ImagePackages) -> Path:
         return self._root / image.key
@@ -78,13 +79,15 @@ class ImageRuntimes:
     def is_built(self, image: ImagePackages) -> bool:
         return self._ready(self.path(image), image)
 
-    def ensure(self, image: ImagePackages) -> Runtime:
-        """The image's runtime, built first if it is not there yet (minutes, once)."""
+    def ensure(self, image: ImagePackages, progress: Progress | None = None) -> Runtime:
+        """The image's runtime, built first if it is not there yet (minutes, once); ``progress`` hears each step."""
+        if image.local:
+            raise BadInput(no_local_runtime(image))
         folder = self.path(image)
         if not self._ready(folder, image):
             with exclusive_lock(self._root / f"{image.key}.lock"):
                 if not self._ready(folder, image):
-                    self._build(folder, image)
+                    self._build(folder, image, progress or (lambda line: None))
         return Runtime(image, folder / "bin" / "python")
 
     def assets(self, runtime: Runtime, builder: str = "offline_assets:ensure_local_assets") -> Path:
@@ -110,23 +113,42 @@ class ImageRuntimes:
             return False
         return recorded == _wanted(image) and (folder / "bin" / "python").exists()
 
-    def _build(self, folder: Path, image: ImagePackages) -> None:
+    def _build(self, folder: Path, image: ImagePackages, progress: Progress) -> None:
         started = time.monotonic()
         logger.info("building the %s in %s (once; a few minutes)", image.label(), folder)
         shutil.rmtree(folder, ignore_errors=True)  # a build that died half way
         folder.parent.mkdir(parents=True, exist_ok=True)
         what = f"build the {image.label()}"
+        step = f"building the {image.label()} (once, a few minutes): step {{}} of {BUILD_STEPS}, {{}}"
         try:
+            progress(step.format(1, "a Python environment"))
             self._call([self._base_python, "-m", "venv", str(folder)], timeout=300, what=what)
             pip = [str(folder / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+            # The image's whole set pinned where a lock was made from an earlier build: nothing drifts.
+            constraints = self._constraints(folder, image)
             # torch first and pinned: an open range would pull a multi-GB CUDA build.
+            progress(step.format(2, f"this machine's CPU {cpu_torch()}"))
             self._call([*pip, cpu_torch()], timeout=PIP_TIMEOUT_S, what=what)
-            self._call([*pip, *image.requirements(), *toolkit_requirements()], timeout=PIP_TIMEOUT_S, what=what)
+            progress(step.format(3, "the image's packages " + ", ".join(f"{n}=={v}" for n, v in image.packages)))
+            self._call([*pip, *constraints, *image.requirements(), *toolkit_requirements()], timeout=PIP_TIMEOUT_S,
+                       what=what)
+            frozen = self._call([str(folder / "bin" / "python"), "-m", "pip", "freeze", "--all",
+                                 "--disable-pip-version-check"], timeout=120, what=what)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
+        (folder / FREEZE_FILE).write_text(frozen)
         (folder / READY_FILE).write_text(json.dumps(_wanted(image)))
         logger.info("built the %s in %.0f s", image.label(), time.monotonic() - started)
+
+    @staticmethod
+    def _constraints(folder: Path, image: ImagePackages) -> list[str]:
+        if not image.lock:
+            return []
+        path = folder / "trainbot-lock.txt"
+        path.write_text("\n".join(line for line in image.lock if not line.startswith(("torch==", "pip==")))
+                        + "\n")
+        return ["-c", str(path)]
 
     def _call(self, argv: Sequence[str], *, timeout: float, what: str, env: dict[str, str] | None = None) -> str:
         try:
@@ -142,6 +164,21 @@ class ImageRuntimes:
 
 def image_of(spec: JobSpec) -> ImagePackages | None:
     return image_packages(spec.transformers_version, spec.pytorch_version, spec.py_version)
+
+
+def image_for(spec: JobSpec) -> ImagePackages:
+    """The image row of ``spec``; BadInput (one sentence) when the table lacks it or it cannot run here."""
+    image = image_of(spec)
+    if image is None:
+        raise BadInput(missing_runtime(spec))
+    if image.local:
+        raise BadInput(no_local_runtime(image))
+    return image
+
+
+def no_local_runtime(image: ImagePackages) -> str:
+    return (f"The local backend cannot build the {image.label()}: {image.local}; run this job on SageMaker, or "
+            "choose transformers_version=4.26.0 or newer for a local run.")
 
 
 def missing_runtime(spec: JobSpec) -> str:

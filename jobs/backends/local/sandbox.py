@@ -80,6 +80,9 @@ class JobMounts:
     identity: tuple[Path, Path] | None = None  # /etc/passwd and /etc/group inside (`sandbox_identity`)
     tmpfs_bytes: int = DEFAULT_TMPFS_BYTES  # the size of /tmp and of /dev/shm each
     scratch_tmpfs: tuple[Path, ...] = ()  # folders inside `folder` that are a small tmpfs (output/)
+    # The job's folders again where SageMaker's container has them (source, path inside, writable): a script
+    # that names /opt/ml/model or /opt/ml/checkpoints itself (a default, not an argument) finds them there.
+    container: tuple[tuple[Path, str, bool], ...] = ()
 
 
 class Sandbox:
@@ -151,25 +154,28 @@ class Sandbox:
             raise ValueError("expected WRAPPER ... -- COMMAND ...") from None
         return [*argv[:cut], *self.arguments(mounts), "--", *argv[cut:]]
 
-    def arguments(self, mounts: JobMounts) -> list[str]:
-        """bwrap's arguments up to the job's command: two layers when the bot is root, else one."""
+    def arguments(self, mounts: JobMounts, *, die_with_parent: bool = True) -> list[str]:
+        """bwrap's arguments up to the job's command: two layers when the bot is root, else one.
+        ``die_with_parent``: gone with the process that started it (a job's wrapper), or not (a detached endpoint
+        server that outlives a bot restart)."""
+        tie = ["--die-with-parent"] if die_with_parent else []
         if runs_as_root():
-            return [*self._outer(mounts), "--", *_setpriv(self.job_uid), "--", *self._inner(mounts)]
-        return self._single(mounts)
+            return [*self._outer(mounts, tie), "--", *_setpriv(self.job_uid), "--", *self._inner(mounts, tie)]
+        return self._single(mounts, tie)
 
-    def _single(self, mounts: JobMounts) -> list[str]:
-        return [self._executable, "--die-with-parent", *_namespaces(mounts.network), "--cap-drop", "ALL",
+    def _single(self, mounts: JobMounts, tie: list[str]) -> list[str]:
+        return [self._executable, *tie, *_namespaces(mounts.network), "--cap-drop", "ALL",
                 *_files(mounts), *_kernel(mounts.tmpfs_bytes), "--remount-ro", "/", "--chdir", str(mounts.cwd)]
 
-    def _outer(self, mounts: JobMounts) -> list[str]:
+    def _outer(self, mounts: JobMounts, tie: list[str]) -> list[str]:
         # Root, in the host's user namespace: the file system only. The host's /proc is there for the inner
         # bwrap to write its user namespace's maps; the job gets a /proc of its own on top of it.
-        return [self._executable, "--die-with-parent", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
+        return [self._executable, *tie, "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
                 "--cap-add", "CAP_SETGID", *_files(mounts), "--dev", "/dev", "--bind", "/proc", "/proc",
                 "--remount-ro", "/"]
 
-    def _inner(self, mounts: JobMounts) -> list[str]:
-        return [self._executable, "--die-with-parent", *_namespaces(mounts.network), "--cap-drop", "ALL",
+    def _inner(self, mounts: JobMounts, tie: list[str]) -> list[str]:
+        return [self._executable, *tie, *_namespaces(mounts.network), "--cap-drop", "ALL",
                 "--bind", "/", "/", *_kernel(mounts.tmpfs_bytes), "--remount-ro", "/", "--chdir", str(mounts.cwd)]
 
 
@@ -198,8 +204,9 @@ def _files(mounts: JobMounts) -> list[str]:
     readable, writable = _outermost(mounts.readable), _outermost(mounts.writable)
     args = ["--perms", "1777", "--size", str(mounts.tmpfs_bytes), "--tmpfs", "/tmp"]
     bound = [*(Path(p) for p in _SYSTEM), *readable, mounts.folder]
+    container = [Path(inside) for _, inside, _ in mounts.container]
     for parent in _parents([*(Path(f"/etc/{n}") for n in _ETC), Path(_CPU), *readable, mounts.folder,
-                            *writable], bound):
+                            *writable, *container], bound):
         args += ["--perms", "0755", "--dir", str(parent)]  # bwrap makes them 0700: the job's uid could not pass
     args += _system_mounts()
     if mounts.hosts is not None:
@@ -215,6 +222,11 @@ def _files(mounts: JobMounts) -> list[str]:
         args += ["--perms", "1777", "--size", str(OUTPUT_TMPFS_BYTES), "--tmpfs", str(path)]
     for path in writable:
         args += ["--bind", str(path), str(path)]
+    for source, inside, may_write in mounts.container:
+        if source in mounts.scratch_tmpfs:  # the job's view of it (a tmpfs), never the host's folder behind it
+            args += ["--symlink", str(source), inside]
+        else:
+            args += ["--bind" if may_write else "--ro-bind", str(source), inside]
     return args
 
 
@@ -260,20 +272,27 @@ def job_mounts(
     hosts = hosts_file(folder.path / "sandbox-hosts")
     identity = sandbox_identity(folder.path / "sandbox-passwd", folder.path / "sandbox-group", folder.scratch_dir)
     return JobMounts(folder.path, writable, tuple(readable), network, cwd=folder.code_dir, hosts=hosts,
-                     identity=identity, tmpfs_bytes=tmpfs_bytes, scratch_tmpfs=(folder.output_dir.parent,))
+                     identity=identity, tmpfs_bytes=tmpfs_bytes, scratch_tmpfs=(folder.output_dir.parent,),
+                     container=container_tree(folder, checkpoints))
 
 
 def hand_over(mounts: JobMounts, uid: int) -> None:
     """The folders a job writes, made the job's own on the host (``uid``, the uid its user namespace maps
     onto): what is in them already (its code, its environment, its channels' copies, the checkpoints of its
     lineage's earlier attempts) included. Links are changed themselves, never followed."""
+    for top in _outermost(mounts.writable):
+        hand_over_tree(top, uid)
+
+
+def hand_over_tree(top: Path, uid: int) -> None:
+    """``top`` and all in it made ``uid``'s, where the bot is root and the job's uid differs; links changed
+    themselves, never followed."""
     if os.geteuid() != 0 or uid == os.getuid():
         return
-    for top in _outermost(mounts.writable):
-        os.chown(top, uid, uid, follow_symlinks=False)
-        for root, dirs, files in os.walk(top):
-            for name in (*dirs, *files):
-                os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
+    os.chown(top, uid, uid, follow_symlinks=False)
+    for root, dirs, files in os.walk(top):
+        for name in (*dirs, *files):
+            os.chown(os.path.join(root, name), uid, uid, follow_symlinks=False)
 
 
 def sandbox_identity(passwd: Path, group: Path, home: Path) -> tuple[Path, Path]:
@@ -297,6 +316,27 @@ def _etc_lines(name: str) -> list[str]:
         if len(fields) >= 4 and not line.startswith("#"):
             kept.append(":".join([fields[0], "x", *fields[2:]]))
     return kept
+
+
+#: SageMaker's training container tree.
+CONTAINER_ROOT = "/opt/ml"
+
+
+def container_tree(folder: JobFolder, checkpoints: Path) -> tuple[tuple[Path, str, bool], ...]:
+    """The job's folders at ``/opt/ml`` inside the sandbox, as the training image lays them out: the model, the
+    output, the code, the input (its config read-only, its channels' data writable as the job's own copies) and
+    the lineage's checkpoint folder (which SageMaker fills from checkpoint_s3_uri)."""
+    tree = (
+        (folder.model_dir, f"{CONTAINER_ROOT}/model", True),
+        (folder.output_dir.parent, f"{CONTAINER_ROOT}/output", True),
+        (folder.code_dir, f"{CONTAINER_ROOT}/code", True),
+        (folder.config_dir, f"{CONTAINER_ROOT}/input/config", False),
+        (folder.input_data_dir, f"{CONTAINER_ROOT}/input/data", True),
+        (checkpoints, f"{CONTAINER_ROOT}/checkpoints", True),
+    )
+    for source, _, _ in tree:
+        source.mkdir(parents=True, exist_ok=True)  # bwrap binds only what exists
+    return tree
 
 
 def hosts_file(path: Path) -> Path:

@@ -164,14 +164,6 @@ def scale_plan(
     return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes))
 
 
-#: A local run that asks for half precision: the CPU has none, and a script parsing ``--fp16`` with argparse's
-#: ``type=bool`` reads the toolkit's ``False`` as True, so the bot cannot switch it off for the script.
-HALF_PRECISION_WARNING = (
-    "{keys} asked for: this machine's CPU has no half precision, so the script fails here unless it turns it "
-    "off (hp.fp16=false works where the script reads \"False\" as false; argparse type=bool reads it as True)"
-)
-
-
 def _attempt_processes(plan: LaunchPlan, planned: int, limits: LocalLimits, notes: list[str]) -> int:
     """The planned processes, times the attempt type's GPUs over the planned type's (capped by the cores)."""
     approved, attempt = plan.approved_batch, plan.attempt_batch
@@ -200,15 +192,20 @@ def _keep_local_batch(
 
 def _own_code_run(plan: LaunchPlan, *, offline: bool, limits: LocalLimits,
                   assets: LocalAssets | ChatAssets | None) -> LocalRun:
-    """A team's own script gets its arguments as planned: nothing is added (it may not take our keys), the sizes
-    it was given are capped, and offline its model= is the tiny BERT; half precision is warned of, not rewritten."""
+    """A team's own script gets its arguments as planned and the model it names: nothing is added (it may not take
+    our keys), and only what the CPU cannot do as the image's GPU does is changed, each change said on the card:
+    the sizes it was given capped (max_seq_length only with its doc_stride, scaled together), half precision it
+    was given turned off, NCCL read as gloo (job_python's hook), the processes the card names."""
     spec = plan.spec
     hps = {k: v for k, v in dict(plan.estimator.get("hyperparameters") or {}).items() if not k.startswith("sagemaker_")}
+    notes: list[str] = [f"your {spec.entry} with its arguments as planned"]
     for key, limit in (("max_steps", limits.max_steps), ("per_device_train_batch_size", limits.train_batch_size),
-                       ("per_device_eval_batch_size", limits.eval_batch_size), ("max_seq_length", limits.max_seq_length)):
+                       ("per_device_eval_batch_size", limits.eval_batch_size)):
         if key in hps:
             _cap(hps, key, limit)
-    planned, notes = _processes(spec.distribution, spec.instance_count, limits)
+    _own_sequence_length(hps, limits, notes)
+    planned, process_notes = _own_processes(spec, limits)
+    notes.extend(process_notes)
     processes = _attempt_processes(plan, planned, limits, notes)
     given = frozenset(name for name in BOTH if name in hps)
     if given and processes != planned:
@@ -216,21 +213,83 @@ def _own_code_run(plan: LaunchPlan, *, offline: bool, limits: LocalLimits,
         local = BatchSettings(min(approved.per_device, limits.train_batch_size), approved.accumulation, planned, 1)
         _keep_local_batch(hps, local, processes, given, notes)
     asked = [key for key in ("fp16", "bf16") if _is_true(hps.get(key))]
-    warnings = (HALF_PRECISION_WARNING.format(keys=" and ".join(f"{k}=yes" for k in asked)),) if asked else ()
+    if asked:
+        hps.update(dict.fromkeys(asked, False))
+        notes.append(f"{' and '.join(asked)} off on the CPU (hp.{asked[0]}=False)")
+    if processes > 1:
+        notes.append("NCCL runs as gloo (this machine has no GPU)")
+    warnings = (HALF_PRECISION_WARNING,) if asked else ()
     folders = {name: _local_folder(uri) for name, uri in spec.input_channels().items()}
     own = folders.get("train")
     train, test = own, folders.get("test")
     if own is not None and (own / "train").is_dir() and test is None:  # one folder with train/ and test/ in it
         train, test = own / "train", (own / "test" if (own / "test").is_dir() else None)
     others = tuple((name, path) for name, path in folders.items() if name not in ("train", "test") and path)
-    model_label = str(hps.get("model_name_or_path") or spec.model_label)
-    if offline and "model_name_or_path" in hps:
-        hps["model_name_or_path"] = str(assets.model_dir if assets else _TINY_MODEL_PLACEHOLDER)
-        model_label = "tiny BERT"
+    model_label, model_warning = _own_model(hps, spec, offline)
     named = [name for name, path in {"train": train, "test": test, **dict(others)}.items() if path]
     data_label = f"channels {', '.join(named)} from local folders" if named else "the script's own data arguments"
-    notes.insert(0, f"your {spec.entry} with its arguments as planned")
-    return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes), others, warnings)
+    return LocalRun(offline, processes, model_label, data_label, hps, train, test, tuple(notes), others,
+                    (*warnings, *model_warning))
+
+
+#: What a script that reads ``--fp16`` with argparse's ``type=bool`` still does after the stand-in turned it off.
+HALF_PRECISION_WARNING = (
+    "a script that reads --fp16/--bf16 with argparse type=bool reads the toolkit's \"False\" as True and fails "
+    "here, as the CPU has no half precision"
+)
+
+
+def _own_sequence_length(hps: dict[str, Any], limits: LocalLimits, notes: list[str]) -> None:
+    """max_seq_length capped only with its partner doc_stride, both by the same factor: the pair a question-
+    answering script windows its contexts with (doc_stride must stay below max_seq_length). Alone, a script's
+    own doc_stride default could end up larger than the capped length, so neither is touched."""
+    length, stride = _as_number(hps.get("max_seq_length")), _as_number(hps.get("doc_stride"))
+    if length is None or length <= limits.max_seq_length or stride is None:
+        return
+    factor = limits.max_seq_length / length
+    hps["max_seq_length"] = limits.max_seq_length
+    hps["doc_stride"] = max(1, int(stride * factor))
+    notes.append(f"max_seq_length {int(length)} and doc_stride {int(stride)} scaled together to "
+                 f"{hps['max_seq_length']} and {hps['doc_stride']}")
+
+
+def _own_processes(spec: Any, limits: LocalLimits) -> tuple[int, list[str]]:
+    """A team's distributed script runs as many processes as the card says: SageMaker's processes (one a GPU for
+    data parallel and ddp, processes_per_host for model parallel) capped by this machine's cores, under torchrun."""
+    if spec.distribution not in _DISTRIBUTED:
+        return _processes(spec.distribution, spec.instance_count, limits)
+    per_host = spec.processes_per_host if spec.distribution == "model" else spec.instance.gpus
+    wanted = max(1, (per_host or 1) * spec.instance_count)
+    processes = min(wanted, limits.max_processes)
+    kind = {"data": "smdistributed data parallel", "model": "smdistributed model parallel",
+            "ddp": "torch_distributed"}[spec.distribution]
+    runs = f"{processes} processes under torchrun (gloo)" if processes > 1 else "one process"
+    notes = [f"{kind} ({wanted} processes on SageMaker) runs as {runs} here"]
+    if spec.distribution in ("data", "model"):
+        notes.append("a script that imports smdistributed fails here (it needs the image's GPUs)")
+    return processes, notes
+
+
+def _own_model(hps: dict[str, Any], spec: Any, offline: bool) -> tuple[str, tuple[str, ...]]:
+    """The model the team named is the one the job gets: a local folder always, a hub id with the hub on
+    (TRAINBOT_LOCAL_HUB=1); offline, a hub id is said to fail before the launch (check_own_model)."""
+    name = hps.get("model_name_or_path")
+    if name is None:
+        return str(spec.model_label), ()
+    if _local_folder(name) is not None or not offline:
+        return str(name), ()
+    return str(name), (OFFLINE_HUB_MODEL.format(model=name),)
+
+
+OFFLINE_HUB_MODEL = ("model={model} is a hub id, and local jobs run offline: give a local folder (model=/path/to/model "
+                     "under TRAINBOT_HOME/data or TRAINBOT_LOCAL_DATA_DIRS), or set TRAINBOT_LOCAL_HUB=1 to download it")
+
+
+def check_own_model(plan: LaunchPlan, run: LocalRun) -> None:
+    """A team's script trains the model it named: offline, model= must be a local folder (no tiny stand-in)."""
+    name = run.hyperparameters.get("model_name_or_path")
+    if run.offline and name is not None and _local_folder(name) is None:
+        raise BadInput(f"On the local backend {OFFLINE_HUB_MODEL.format(model=name)}.")
 
 
 def check_own_channels(plan: LaunchPlan, run: LocalRun) -> None:

@@ -96,6 +96,7 @@ class JobState:
     limits: dict[str, int] = field(default_factory=dict)  # what it ran with (limits.JobLimits.figures)
     cgroups: list[str] = field(default_factory=list)  # its cgroup folders (limits.py), while they exist
     limit_hit: str = ""  # the limit the wrapper saw it go past ("memory", "processes", "disk", "disk-free")
+    setup_message: str = ""  # the job's first step, as far as it got (its [setup] lines: the runtime build)
 
     def to_json(self) -> str:
         raw = asdict(self)

@@ -18,6 +18,7 @@ a typical managed-spot saving, so reports show spot savings as they would on Sag
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from datetime import datetime
 
 from jobs.backends.local import state as local_state
@@ -36,7 +37,9 @@ STOP_SECONDARY = {
     "runtime_exceeded_at": "MaxRuntimeExceeded",
     "stop_requested_at": "Stopped",
 }
+MAX_SETUP_REASON = 600
 _MESSAGES = {
+    "Downloading": "Preparing the training image (the image runtime, requirements.txt).",
     "Starting": "Starting the training job (local processes).",
     "Training": "Training in progress.",
     "Completed": "Training job completed.",
@@ -76,7 +79,23 @@ def running_status(folder: JobFolder, state: JobState) -> tuple[str, str]:
         return RemoteStatus.STOPPING.value, "Stopping"
     if state.secondary_status == "Training" or training_started(folder):
         return RemoteStatus.IN_PROGRESS.value, "Training"
+    setup = last_setup_line(local_state.tail_lines(folder.log_path, 200))
+    if setup is not None:  # the job's first step: its image runtime built, requirements.txt installed (prepare.py)
+        state.setup_message = setup
+        return RemoteStatus.IN_PROGRESS.value, "Downloading"
     return RemoteStatus.IN_PROGRESS.value, "Starting"
+
+
+_SETUP = "[setup] "
+_SETUP_FAILED = "[setup] failed: "
+
+
+def last_setup_line(lines: list[str]) -> str | None:
+    """The latest ``[setup]`` line of the job's first step (its build's progress), without the marker."""
+    for line in reversed(lines):
+        if line.startswith(_SETUP):
+            return line[len(_SETUP):].strip()[:300]
+    return None
 
 
 def ended_status(folder: JobFolder, state: JobState) -> tuple[str, str]:
@@ -88,6 +107,10 @@ def ended_status(folder: JobFolder, state: JobState) -> tuple[str, str]:
         return RemoteStatus.STOPPED.value, STOP_SECONDARY[cause]
     limit = limit_sentence(state.limit_hit, state.limits) if state.limit_hit else None
     tail = [] if limit else folder.log_tail(200)
+    setup = next((line[len(_SETUP_FAILED):].strip() for line in reversed(tail) if line.startswith(_SETUP_FAILED)), None)
+    if setup is not None:  # the first step's own sentence: the runtime build or requirements.txt
+        state.failure_reason = f"AlgorithmError: {setup[:MAX_SETUP_REASON]}"
+        return RemoteStatus.FAILED.value, "Failed"
     state.failure_reason = f"AlgorithmError: {limit or _no_gpu_reason(tail) or local_state.last_error_line(tail)}"
     return RemoteStatus.FAILED.value, "Failed"
 
@@ -146,11 +169,14 @@ def remote_job(folder: JobFolder, state: JobState) -> RemoteJob:
         training = max(1, math.ceil(state.wall_seconds))
         billable = max(1, math.ceil(training * SPOT_BILLABLE_FRACTION)) if state.spot else training
     read = scan(folder)  # once: the metrics and the resume lines come from the same look at the log
+    transitions = [_transition(t) for t in state.transitions]
+    if transitions and transitions[-1].status == "Downloading" and state.setup_message:
+        transitions[-1] = replace(transitions[-1], message=state.setup_message)  # how far the build is now
     return RemoteJob(
         name=state.name,
         status=status,
         secondary_status=state.secondary_status,
-        transitions=tuple(_transition(t) for t in state.transitions),
+        transitions=tuple(transitions),
         failure_reason=state.failure_reason,
         billable_seconds=billable,
         training_seconds=training,
@@ -215,5 +241,5 @@ def _transition(raw: dict[str, str | None]) -> StatusTransition:
         status=status,
         start=datetime.fromisoformat(start) if start else None,
         end=datetime.fromisoformat(end) if end else None,
-        message=_MESSAGES.get(status, ""),
+        message=raw.get("message") or _MESSAGES.get(status, ""),
     )

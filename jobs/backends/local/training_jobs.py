@@ -35,6 +35,7 @@ from jobs.backends.local.code import (
     save_metric_definitions,
 )
 from jobs.backends.local.confinement import Confinement
+from jobs.backends.local.first_step import FirstStep
 from jobs.backends.local.interpreter import Interpreter, layered_environment
 from jobs.backends.local.job_files import job_file_exists
 from jobs.backends.local.job_python import JobPython, own_code_note, runs_on_image_runtime, runtime_note
@@ -45,6 +46,7 @@ from jobs.backends.local.sandbox import Sandbox, runs_as_root
 from jobs.backends.local.scaling import (
     LocalLimits,
     check_own_channels,
+    check_own_model,
     is_offline,
     local_forecast_target,
     scale_plan,
@@ -55,7 +57,6 @@ from jobs.clock import Clock
 from jobs.errors import BackendError, BadInput, ConfigError, InvalidState, NotFound, TrainbotError
 from jobs.home import secure_home
 from jobs.planning.hyperparameters import check_launch_hyperparameters
-from jobs.planning.own_code import without_bot_arguments
 from jobs.records import JobSummary, MetricSeries, Progress, RemoteJob, RemoteStatus
 
 if TYPE_CHECKING:
@@ -128,9 +129,7 @@ class LocalBackend:
             raise BadInput(
                 f"Job name {job_name!r} is not valid: use letters, digits and hyphens, at most 63."
             )
-        check_launch_hyperparameters(
-            without_bot_arguments(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
-        )
+        check_launch_hyperparameters(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
         folder = JobFolder(self._jobs_root, job_name)
         with folder.locked():
             if folder.exists():  # a retried launch: the job is there, never start a second process
@@ -207,6 +206,15 @@ class LocalBackend:
             return f"{runtime_note(plan, run, self._runtimes)}; {isolation}"
         return f"{run.note()}; {local_container.RUNNER_LABELS[self._runner_kind(self._python)]}; {isolation}"
 
+    @property
+    def sandbox(self) -> Sandbox:
+        """How this backend isolates other people's code (its endpoints' handlers use the same)."""
+        return self._sandbox
+
+    @property
+    def own_code_unsandboxed(self) -> bool:
+        """Whether other people's code may run here without the sandbox (the console, the demo)."""
+        return self._own_code_unsandboxed
 
     def own_code_refusal(self) -> str | None:
         """The sentence own code (code=) is refused with here, before anything is recorded: on serve and the
@@ -278,7 +286,9 @@ class LocalBackend:
         run = scale_plan(plan, offline=offline, limits=self._limits, assets=assets)
         if plan.spec.own_code:
             check_own_channels(plan, run)
-        kind = self._runner_kind(job_python.python)
+            check_own_model(plan, run)
+        # A team's script runs on its image runtime, which always has the toolkit (it may not be built yet).
+        kind = local_container.TOOLKIT if job_python.runtime is not None else self._runner_kind(job_python.python)
         entry, code_env = self._snapshot(folder, source, unpack=kind == local_container.DIRECT)
         code_env = job_python.code_environment(code_env, self._limits)
         uri = plan.estimator.get("checkpoint_s3_uri")
@@ -316,18 +326,29 @@ class LocalBackend:
         )
         folder.save(state)  # before the spawn: a crash in between leaves a record, never a stray process
         # The job's own environment, layered on the interpreter it runs on (the bot's, or its image runtime):
-        # requirements.txt installs there, never into the interpreter's.
-        interpreter = Interpreter.of(job_python.python)
-        python = str(layered_environment(interpreter, folder.env_dir))
+        # requirements.txt installs there, never into the interpreter's. A team's runtime may not be built yet:
+        # the job's first step builds it and layers the environment (prepare.py), before the job itself starts.
+        if job_python.runtime is not None:
+            interpreter = Interpreter.planned(job_python.runtime.prefix, Interpreter.of(self._python))
+            python = str(folder.env_dir / "bin" / "python")
+        else:
+            interpreter = Interpreter.of(job_python.python)
+            python = str(layered_environment(interpreter, folder.env_dir))
         threads = threads_per_process(self._limits, run.processes, self._running_processes(), os.environ.get(
             "OMP_NUM_THREADS"))
         argv, env = job_python.command(kind, folder, run, hps, channels, entry, threads=threads, python=python)
         env.update(code_env)  # the plan's own variables (the spot entry's), as the estimator's environment=
         if self._hub_token is not None:  # the process's environment only: never the state, the note or the log
             env[TOKEN_ENV] = self._hub_token.token()
-        data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots]
+        runtimes = [_made(self._runtimes.path(job_python.runtime.image).parent)] if job_python.runtime else []
+        data = [self._home / "assets", *([assets.root] if assets else []), *channels.values(), *self._data_roots,
+                *_local_model(run.hyperparameters), *runtimes]
         argv, env = self._confinement.wrap(folder, state, argv, env, interpreter=interpreter, checkpoints=checkpoints,
                                            data=data, network=not offline, isolated=isolated)
+        if job_python.runtime is not None:
+            argv, env = FirstStep(self._home, self._python, self._sandbox).command(
+                folder, job_python.runtime, Path(source.source_dir) if plan.spec.own_code else None, argv, env,
+                isolated=isolated)
         try:
             state.pid = self._runner.spawn(argv, env=env, cwd=folder.path, log_path=folder.log_path)
         except OSError:
@@ -492,6 +513,14 @@ def _secrets_client(region: str) -> Any:
     from jobs.backends.aws_session import make_boto_session
 
     return make_boto_session(region).client("secretsmanager")
+def _made(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _local_model(hps: dict[str, Any]) -> list[Path]:
+    name = hps.get("model_name_or_path")
+    return [Path(name)] if isinstance(name, str) and Path(name).is_dir() else []
 
 
 def _s3_client() -> Any:

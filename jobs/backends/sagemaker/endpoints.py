@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -55,6 +57,7 @@ class SageMakerEndpoints:
         bucket: str,
         region: str | None = None,
         max_attempts: int = MAX_ATTEMPTS,
+        code_home: Path | None = None,
     ) -> None:
         if not role_arn:
             raise ConfigError("No SageMaker execution role is set: set TRAINBOT_ROLE_ARN to the role's ARN.")
@@ -74,6 +77,8 @@ class SageMakerEndpoints:
         self._cw: Any = None
         self._sdk_lock = threading.Lock()
         self._images: dict[tuple[Any, str | None], str] = {}
+        # Where a team's handler is checked out (the training code's cache, TRAINBOT_HOME/code).
+        self._code_home = code_home or Path(tempfile.gettempdir()) / "trainbot"
 
     # The session, clients and bucket, shared with the Model Registry backend (registry.py).
     @property
@@ -133,11 +138,12 @@ class SageMakerEndpoints:
             image = images.inference_image(request.framework.transformers, request.framework.pytorch)
             if image is None:
                 raise BackendError(f"No inference image is listed for {request.framework.label()}; this is a bug.")
-            return HuggingFaceModel(**model_arguments(request, role=self._role_arn),
+            return HuggingFaceModel(**model_arguments(request, role=self._role_arn), **self._handler_arguments(request),
                                     image_uri=image.image_uri(self.region, gpu=runs_on_gpu(request)),
                                     sagemaker_session=self._session())
         model = HuggingFaceModel(
-            **model_arguments(request, role=self._role_arn), sagemaker_session=self._session()
+            **model_arguments(request, role=self._role_arn), **self._handler_arguments(request),
+            sagemaker_session=self._session()
         )
         model.image_uri = self._image_uri(model, request)
         return model
@@ -152,6 +158,16 @@ class SageMakerEndpoints:
 
                 self._images[key] = str(get_huggingface_llm_image_uri("huggingface", session=session, version=version))
             return self._images[key]
+
+    def _handler_arguments(self, request: DeployRequest) -> dict[str, Any]:
+        """``entry_point=``/``source_dir=`` of the team's handler: its folder in the job's code at the pinned
+        commit, checked out here (without debris) and repacked by the SDK into the model as code/."""
+        if request.handler is None:
+            return {}
+        from jobs.backends.code_sources import handler_folder
+
+        folder = handler_folder(self._code_home, request.handler, s3=lambda: self._boto.client("s3"))
+        return {"entry_point": request.handler.entry_point, "source_dir": str(folder)}
 
     def _image_uri(self, model: Any, request: DeployRequest) -> str:
         """The SDK's own choice of inference image, remembered: reading its image tables takes a second."""
@@ -356,4 +372,5 @@ def from_settings(settings: Settings) -> SageMakerEndpoints:
         role_arn=settings.trainbot_role_arn,
         bucket=settings.trainbot_bucket,
         region=region,
+        code_home=settings.trainbot_home,
     )

@@ -23,7 +23,7 @@ def model_arguments(request: DeployRequest, *, role: str) -> dict[str, Any]:
         "model_data": request.model_data,
         "role": role,
         "name": request.model_name,
-        "env": {"HF_TASK": request.task},
+        "env": {"HF_TASK": request.task} if request.task else {},  # a team's handler decides what it serves
     }
     if request.framework is None:
         raise BackendError(f"No inference framework was chosen for {request.name}; this is a bug in the bot.")

@@ -41,7 +41,6 @@ from jobs.clock import Clock
 from jobs.errors import ConfigError, SpecError
 from jobs.planning import versions
 from jobs.planning.hyperparameters import check_launch_hyperparameters
-from jobs.planning.own_code import without_bot_arguments
 from jobs.records import (
     JobSummary,
     MetricPoint,
@@ -140,9 +139,7 @@ class SageMakerBackend:
 
     def launch(self, job_name: str, plan: LaunchPlan) -> None:
         # However the plan was made (stored, replayed, built by hand): no sagemaker_* or other reserved name.
-        check_launch_hyperparameters(
-            without_bot_arguments(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
-        )
+        check_launch_hyperparameters(plan.estimator.get("hyperparameters") or {}, own=plan.spec.own_code)
         ctx = self._ctx(f"launch training job {job_name}", self._sm)
         self._check_bucket(ctx)
         inputs = _input_channels(plan)
@@ -164,12 +161,14 @@ class SageMakerBackend:
 
     def _sdk_arguments(self, estimator: dict[str, Any]) -> dict[str, Any]:
         """The plan's arguments as the SDK takes them: own code checked out here at its pinned commit (the
-        SDK's own git_config cannot pin file:// repositories nor cache a clone), then uploaded by the SDK."""
-        if "git_config" not in estimator and not estimator.get("dependencies"):
-            return dict(estimator)
+        SDK's own git_config cannot pin file:// repositories nor cache a clone), then uploaded by the SDK; a
+        folder the SDK tars is uploaded without its debris (``__pycache__``, ``.pyc``, ...)."""
         source = self._code.runnable(estimator, keep_s3=True)
         arguments = {k: v for k, v in estimator.items() if k not in ("git_config", "dependencies")}
-        arguments.update(source_dir=source.source_dir, entry_point=source.entry_point)
+        folder = source.source_dir
+        if not folder.startswith("s3://"):
+            folder = str(self._code.without_debris(Path(folder)))
+        arguments.update(source_dir=folder, entry_point=source.entry_point)
         return arguments
 
     def _with_image(self, arguments: dict[str, Any]) -> dict[str, Any]:
