@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from tests.support.block_kit import message_problems, view_problems
+from tests.support.waiting import GENEROUS_SECONDS
 
 BOT_TOKEN = "xoxb-test-token"
 APP_TOKEN = "xapp-test-token"
@@ -201,7 +202,7 @@ class SlackApiServer:
         with self._lock:
             return [call for call in self.calls if call.method == method]
 
-    def wait_for(self, predicate: Callable[[list[ApiCall]], bool], *, timeout: float = 10.0) -> list[ApiCall]:
+    def wait_for(self, predicate: Callable[[list[ApiCall]], bool], *, timeout: float = GENEROUS_SECONDS) -> list[ApiCall]:
         deadline = time.monotonic() + timeout
         with self._changed:
             while not predicate(list(self.calls)):
@@ -212,7 +213,7 @@ class SlackApiServer:
                 self._changed.wait(left)
             return list(self.calls)
 
-    def wait_calls(self, method: str, count: int = 1, *, timeout: float = 10.0) -> list[ApiCall]:
+    def wait_calls(self, method: str, count: int = 1, *, timeout: float = GENEROUS_SECONDS) -> list[ApiCall]:
         self.wait_for(lambda calls: sum(c.method == method for c in calls) >= count, timeout=timeout)
         return self.calls_to(method)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.support.slack_api import BOT_TOKEN, TEAM, SlackApiServer
+from tests.support.waiting import GENEROUS_SECONDS
 
 if TYPE_CHECKING:
     from tests.handlers.fakes import World
@@ -259,7 +260,7 @@ class BackgroundWork:
                 self._pending -= 1
                 self._idle.notify_all()
 
-    def settle(self, timeout: float = 15.0) -> None:
+    def settle(self, timeout: float = GENEROUS_SECONDS) -> None:
         with self._idle:
             if not self._idle.wait_for(lambda: self._pending == 0, timeout):
                 raise AssertionError("background work did not finish")

@@ -13,6 +13,8 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.server import ServerConnection, serve
 
+from tests.support.waiting import GENEROUS_SECONDS
+
 
 @dataclass
 class Ack:
@@ -47,7 +49,7 @@ class SocketModeServer:
     def stop(self) -> None:
         self._server.shutdown()
 
-    def wait_connected(self, timeout: float = 10.0) -> None:
+    def wait_connected(self, timeout: float = GENEROUS_SECONDS) -> None:
         with self._lock:
             if not self._lock.wait_for(lambda: self._connection is not None, timeout):
                 raise AssertionError("the Socket Mode client never connected")
@@ -95,7 +97,7 @@ class SocketModeServer:
         connection.send(json.dumps(envelope))
         return envelope_id
 
-    def wait_ack(self, envelope_id: str, timeout: float = 10.0) -> Ack:
+    def wait_ack(self, envelope_id: str, timeout: float = GENEROUS_SECONDS) -> Ack:
         with self._lock:
             if not self._lock.wait_for(lambda: envelope_id in self.acks, timeout):
                 raise AssertionError(f"envelope {envelope_id} was never acknowledged")
