@@ -17,6 +17,7 @@ import random
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,30 +263,36 @@ def _layout(root: Path) -> LocalAssets:
 
 
 def ensure_local_assets(home: Path, *, train_size: int = 2000, test_size: int = 300) -> LocalAssets:
-    """Build the tiny model and channel folders once under `home/assets`; later calls reuse them.
+    """Build the tiny model and channel folders once under `home/assets`; later calls reuse them."""
 
-    Safe against concurrent callers: a file lock serialises builders, and the finished folder appears
-    by one atomic rename, so nobody ever sees half of it.
-    """
-    base = Path(home) / "assets"
-    final = base / ASSETS_VERSION
+    def build(staging: Path) -> None:
+        layout = _layout(staging)
+        build_tiny_bert(layout.model_dir)
+        write_squad_jsonl(layout.squad_train, train_size, seed=1)
+        write_squad_jsonl(layout.squad_test, test_size, seed=2)
+        write_mnli_jsonl(layout.mnli_train, train_size, seed=3)
+        write_mnli_jsonl(layout.mnli_test, test_size, seed=4)
+        write_imdb_jsonl(layout.imdb_train, train_size, seed=5)
+        write_imdb_jsonl(layout.imdb_test, test_size, seed=6)
+
+    return _layout(build_once(Path(home) / "assets", ASSETS_VERSION, build, lock_name=".lock"))
+
+
+def build_once(base: Path, version: str, build: Callable[[Path], None], *, lock_name: str) -> Path:
+    """``base/version``, made by ``build`` (into a staging folder) the first time and found after. Safe against
+    concurrent callers: a file lock serialises builders, and the finished folder appears by one atomic rename,
+    so nobody ever sees half of it. Readable by the sandboxed jobs' uid (``_readable``)."""
+    final = base / version
     if (final / "READY").exists():
         _readable(final)
-        return _layout(final)
-    with exclusive_lock(base / ".lock"):
+        return final
+    with exclusive_lock(base / lock_name):
         if (final / "READY").exists():
-            return _layout(final)
-        staging = Path(tempfile.mkdtemp(prefix=f".{ASSETS_VERSION}-", dir=base))
+            return final
+        staging = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=base))
         try:
-            layout = _layout(staging)
-            build_tiny_bert(layout.model_dir)
-            write_squad_jsonl(layout.squad_train, train_size, seed=1)
-            write_squad_jsonl(layout.squad_test, test_size, seed=2)
-            write_mnli_jsonl(layout.mnli_train, train_size, seed=3)
-            write_mnli_jsonl(layout.mnli_test, test_size, seed=4)
-            write_imdb_jsonl(layout.imdb_train, train_size, seed=5)
-            write_imdb_jsonl(layout.imdb_test, test_size, seed=6)
-            (staging / "READY").write_text(ASSETS_VERSION + "\n")
+            build(staging)
+            (staging / "READY").write_text(version + "\n")
             _readable(staging)
             if final.exists():  # a stale, incomplete folder from an older crash
                 shutil.rmtree(final)
@@ -293,8 +300,8 @@ def ensure_local_assets(home: Path, *, train_size: int = 2000, test_size: int = 
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-    logger.info("built local training assets in %s", final)
-    return _layout(final)
+    logger.info("built %s", final)
+    return final
 
 
 def _readable(folder: Path) -> None:

@@ -10,17 +10,11 @@ module level.
 from __future__ import annotations
 
 import json
-import logging
-import os
 import random
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobs.file_lock import exclusive_lock
-
-logger = logging.getLogger(__name__)
+from jobs.backends.local.offline_assets import build_once
 
 #: Bump when the generated model or chats change, so an old cache is not reused.
 CHAT_ASSETS_VERSION = "chat-v2"  # v2: room for 4,096 positions (the GPU bench)
@@ -127,27 +121,13 @@ def _layout(root: Path) -> ChatAssets:
 
 
 def ensure_chat_assets(home: Path, *, train_size: int = 600, test_size: int = 100) -> ChatAssets:
-    """Build the tiny causal LM and the chat channels once under ``home/assets``; later calls reuse them. A lock
-    serialises builders and the finished folder appears by one rename, so nobody sees half of it."""
-    base = Path(home) / "assets"
-    final = base / CHAT_ASSETS_VERSION
-    if (final / "READY").exists():
-        return _layout(final)
-    with exclusive_lock(base / f".{CHAT_ASSETS_VERSION}.lock"):
-        if (final / "READY").exists():
-            return _layout(final)
-        staging = Path(tempfile.mkdtemp(prefix=f".{CHAT_ASSETS_VERSION}-", dir=base))
-        try:
-            layout = _layout(staging)
-            build_tiny_causal_lm(layout.model_dir)
-            write_chat_jsonl(layout.train, train_size, seed=7)
-            write_chat_jsonl(layout.test, test_size, seed=8)
-            (staging / "READY").write_text(CHAT_ASSETS_VERSION + "\n")
-            if final.exists():  # a stale, incomplete folder from an older crash
-                shutil.rmtree(final)
-            os.replace(staging, final)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-    logger.info("built the local chat assets in %s", final)
-    return _layout(final)
+    """Build the tiny causal LM and the chat channels once under ``home/assets``; later calls reuse them."""
+
+    def build(staging: Path) -> None:
+        layout = _layout(staging)
+        build_tiny_causal_lm(layout.model_dir)
+        write_chat_jsonl(layout.train, train_size, seed=7)
+        write_chat_jsonl(layout.test, test_size, seed=8)
+
+    return _layout(build_once(Path(home) / "assets", CHAT_ASSETS_VERSION, build,
+                              lock_name=f".{CHAT_ASSETS_VERSION}.lock"))
