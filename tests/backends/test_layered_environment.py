@@ -37,3 +37,18 @@ def test_a_long_job_path_gets_the_shell_launcher_and_still_runs(tmp_path: Path) 
     ran = subprocess.run([str(pip), "--version"], capture_output=True, text=True, timeout=60)
     assert ran.returncode == 0, ran.stderr
     assert f'exec\' "{job_python}"'.encode() in pip.read_bytes()  # on the job's Python, not the runtime's
+
+
+def test_a_runtime_built_at_a_long_path_gives_the_job_its_console_scripts(tmp_path: Path) -> None:
+    """pip writes a long path's launcher unquoted (``'''exec' /path/python "$0" "$@"``): the job still gets the
+    runtime's ``train`` (a 5.3 runtime built below a test's home once lost it, and the job could not start)."""
+    runtime = tmp_path.joinpath(*["a-rather-long-folder-name"] * 6, "runtime")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(runtime)], check=True, timeout=120)
+    python = runtime / "bin" / "python"
+    train = runtime / "bin" / "train"
+    train.write_text(f"#!/bin/sh\n'''exec' {python} \"$0\" \"$@\"\n' '''\nimport sys\nprint('trained on', sys.prefix)\n")
+    train.chmod(0o755)
+    job_python = layered_environment(Interpreter.of(python), tmp_path / "job-env")
+    ran = subprocess.run([str(job_python.parent / "train")], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == f"trained on {tmp_path / 'job-env'}"

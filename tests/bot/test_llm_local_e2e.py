@@ -47,7 +47,7 @@ def _files_holding(root: Path, secret: bytes) -> list[str]:
 @pytest.mark.timeout(1800)  # the first run builds the 5.3 image runtime (pip, minutes) and its tiny LM
 def test_llm_lora_trains_is_reclaimed_resumes_deploys_and_generates(local_home: Path, moto_aws: MotoAws) -> None:  # noqa: F811
     link_runtimes(local_home)
-    secret = moto_aws.client("secretsmanager").create_secret(Name="e2e/hf-token", SecretString=TOKEN)["ARN"]
+    secret = moto_aws.client("secretsmanager").create_secret(Name="trainbot-e2e-hf-token", SecretString=TOKEN)["ARN"]
     settings = Settings(trainbot_home=local_home, trainbot_backend="local", trainbot_relaunch_backoff_seconds=0,
                         trainbot_hf_token_secret_arn=secret)
     runtime = build_runtime(settings, clock=SystemClock())  # the real clock: a reclaim shows Interrupted briefly
@@ -62,6 +62,8 @@ def test_llm_lora_trains_is_reclaimed_resumes_deploys_and_generates(local_home: 
     furthest = checkpoints / "trainbot-furthest-step.json"
 
     def past_a_checkpoint() -> bool:
+        first = backend.describe(f"{lineage.id}-1")
+        assert not first.status.is_terminal(), f"the first attempt ended: {first.failure_reason}"
         saved = [int(p.parent.name.split("-")[1]) for p in checkpoints.glob("checkpoint-*/trainer_state.json")]
         return bool(saved) and furthest.is_file() and json.loads(furthest.read_text())["step"] > max(saved)
 

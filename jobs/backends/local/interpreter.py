@@ -25,7 +25,7 @@ from jobs.errors import BackendError
 
 #: The file in the job's environment that puts the interpreter environment's packages after its own.
 LAYER_PTH = "_trainbot_layer.pth"
-_SH_EXEC = b"'''exec' \""  # the second line of the long-path launcher
+_SH_EXEC = b"'''exec' "  # the second line of the long-path launcher: the Python next, quoted or not
 _LAUNCHER_BYTES = 8192  # a console script's launcher lines (a #! line, or the long-path /bin/sh form) fit
 _SHEBANG_MAX = 120  # Linux reads at most 127 bytes of a #! line (before 5.1): longer paths go through /bin/sh
 _PROBE = (
@@ -157,7 +157,9 @@ def _script_python(lines: list[bytes]) -> tuple[str | None, int]:
         return None, 0
     shell = head[2:].strip()
     if shell == b"/bin/sh" and len(lines) > 2 and lines[1].startswith(_SH_EXEC):
-        return lines[1].split(b'"')[1].decode(errors="replace"), 3
+        rest = lines[1][len(_SH_EXEC):]  # distlib quotes the path (our own _shebang); pip's wheel installer not
+        python = rest.split(b'"')[1] if rest.startswith(b'"') else rest.split(b" ")[0]
+        return python.decode(errors="replace"), 3
     return shell.decode(errors="replace"), 1
 
 

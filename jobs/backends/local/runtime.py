@@ -65,7 +65,8 @@ class ImageRuntimes:
     """Builds and finds the runtimes of training images under ``home/runtimes``."""
 
     def __init__(self, home: Path, *, base_python: str = sys.executable, run: Run = subprocess.run) -> None:
-        self._root = Path(home).resolve() / "runtimes"
+        # Built where they really are: a venv's scripts name its path, and a home may reach them by a link.
+        self._root = (Path(home) / "runtimes").resolve()
         self._base_python = base_python
         self._run = run
 
