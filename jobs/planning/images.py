@@ -42,12 +42,17 @@ class ImagePackages:
     lock: tuple[str, ...] = ()  # every package of a built runtime, name==version (constraints: no drift)
 
     @property
+    def name(self) -> str:
+        """The image in one word (``transformers5.3.0-pt2.9.0-py312``): what a job's ``trainbot:image`` tag says."""
+        return f"transformers{self.transformers}-pt{self.pytorch}-{self.py}"
+
+    @property
     def key(self) -> str:
         """The runtime's folder name: the image, and a digest of what it installs, so a changed row builds a new
         runtime beside the old one instead of replacing one that jobs may be running on."""
         digest = hashlib.sha256("\n".join([cpu_torch(), *self.requirements(), *toolkit_requirements(),
                                             *self.lock]).encode()).hexdigest()[:8]
-        return f"transformers{self.transformers}-pt{self.pytorch}-{self.py}-{digest}"
+        return f"{self.name}-{digest}"
 
     @property
     def loads_without_weights_only(self) -> bool:

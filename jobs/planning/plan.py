@@ -398,7 +398,7 @@ def plan_tags(spec: JobSpec, lineage_id: str, launched_by: str, origin: str) -> 
 
 def _beyond_sdk_key(spec: JobSpec) -> str:
     row = versions.beyond_sdk(versions.Combination(spec.transformers_version, spec.pytorch_version, spec.py_version))
-    return row.key if row is not None else ""
+    return row.name if row is not None else ""
 
 
 def code_label(spec: JobSpec, *, with_ref: bool = True) -> str:

@@ -124,9 +124,9 @@ def test_an_llm_fine_tune_reports_its_losses_and_tokens_a_second_beside_its_fore
     done = lineage(attempt(1, metrics=metrics), text="llm-lora")
     planned = Forecast(seconds=3600, usd=1.0, basis="physics", tokens_per_second=3135)
     report = with_forecast(build_report(done, ScriptedBackend()), planned)
-    assert report.headline == {"eval_loss": 1.12, "loss": 1.31, "tokens/s": 2876.4}
+    assert report.headline == {"eval loss": 1.12, "train loss": 1.31, "tokens/s": 2876.4}
     text = report.to_text()
-    assert "  eval_loss 1.12, loss 1.31, tokens/s 2876" in text
+    assert "  eval loss 1.12, train loss 1.31, tokens/s 2876" in text
     assert "; 3,135 tokens/s forecast, 2,876 trained" in text
 
 

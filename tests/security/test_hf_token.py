@@ -37,7 +37,7 @@ def _secret(aws: MotoAws, name: str, value: str) -> str:
 
 
 def test_a_sagemaker_job_gets_the_secrets_arn_and_the_token_is_nowhere(moto_aws: MotoAws, tmp_path: Path) -> None:  # noqa: F811
-    arn = _secret(moto_aws, f"hf-{tmp_path.name}", TOKEN)
+    arn = _secret(moto_aws, f"trainbot-hf-{tmp_path.name}", TOKEN)
     clock = FakeClock(datetime.now(timezone.utc))
     store = Store(f"sqlite:///{tmp_path / 'trainbot.db'}", clock=clock)
     store.migrate()
@@ -64,7 +64,7 @@ def test_a_sagemaker_job_gets_the_secrets_arn_and_the_token_is_nowhere(moto_aws:
 
 
 def test_a_secret_that_is_not_there_is_refused_before_any_job(moto_aws: MotoAws, tmp_path: Path) -> None:  # noqa: F811
-    missing = f"arn:aws:secretsmanager:{moto_aws.region}:{moto_aws.account_id}:secret:nowhere-AbCdEf"
+    missing = f"arn:aws:secretsmanager:{moto_aws.region}:{moto_aws.account_id}:secret:trainbot-nowhere-AbCdEf"
     sent = CallRecorder()
     backend = sagemaker_backend(moto_aws, moto_aws.boto_session(recorders=[sent]), hub_token_arn=missing)
     from tests.support.moto_server import plan_for
@@ -83,9 +83,10 @@ def test_the_job_reads_the_secret_with_its_role_and_never_prints_it(
     moto_aws: MotoAws, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],  # noqa: F811
     stored: str,
 ) -> None:
-    arn = _secret(moto_aws, f"hf-job-{len(stored)}-{tmp_path.name}", stored)
+    arn = _secret(moto_aws, f"trainbot-hf-job-{len(stored)}-{tmp_path.name}", stored)
     monkeypatch.syspath_prepend(str(TRAINING))
-    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_TOKEN", "")  # recorded as it was, so the token load_token sets goes with the test
+    monkeypatch.delenv("HF_TOKEN")
     monkeypatch.setenv("TRAINBOT_HF_TOKEN_SECRET_ARN", arn)
     sys.modules.pop("hub_token", None)
     import hub_token  # training/hub_token.py, as the job imports it

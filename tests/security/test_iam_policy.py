@@ -106,6 +106,6 @@ def _sample(name: str) -> AwsCall:
     params = {key: "x" for key in ("TrainingJobName", "EndpointName", "EndpointConfigName", "ModelName",
                                    "ModelPackageGroupName", "ModelPackageName", "ModelPackageArn", "Bucket",
                                    "Key", "logGroupName", "logStreamName", "QueueName", "QueueUrl", "Name",
-                                   "Rule", "AlarmName", "RoleArn")}
+                                   "Rule", "AlarmName", "RoleArn", "SecretId")}
     params["Tags"] = [{"Key": "trainbot:x", "Value": "y"}]
     return AwsCall(service, operation, params, "us-east-1", by_test=False)

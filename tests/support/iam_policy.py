@@ -188,6 +188,10 @@ REQUESTS: dict[str, Describe] = {
     "sqs.DeleteMessageBatch": _on("sqs:DeleteMessage", _queue),  # IAM names the batch by the single one
     "events.PutRule": _on("events:PutRule", _rule),
     "events.PutTargets": _on("events:PutTargets", _rule),
+    # a gated model's token (TRAINBOT_HF_TOKEN_SECRET_ARN): checked before a SageMaker job gets its ARN, read for
+    # a local job's process (jobs/backends/hub_token.py)
+    "secretsmanager.DescribeSecret": _on("secretsmanager:DescribeSecret", lambda c: str(c.params["SecretId"])),
+    "secretsmanager.GetSecretValue": _on("secretsmanager:GetSecretValue", lambda c: str(c.params["SecretId"])),
 }
 
 #: The SageMaker resources a tag-scoped call acts on, whose tags the recorder reads at call time.
