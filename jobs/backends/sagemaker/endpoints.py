@@ -294,8 +294,20 @@ class SageMakerEndpoints:
             if found is not None:
                 self._ignore_missing(lambda: self._sm.delete_endpoint(EndpointName=name))
             for each in dict.fromkeys([config, *configs]):
-                self._ignore_missing(lambda each=each: self._sm.delete_endpoint_config(EndpointConfigName=each))
+                # Only a config that exists: the bot may delete only what it tagged, and a deploy refused before
+                # its config was made leaves none (IAM would refuse the delete, not answer "not found").
+                if self._config_exists(each):
+                    self._ignore_missing(lambda each=each: self._sm.delete_endpoint_config(EndpointConfigName=each))
         logger.info("deleted endpoint %s and its config %s", name, config)
+
+    def _config_exists(self, name: str) -> bool:
+        try:
+            self._sm.describe_endpoint_config(EndpointConfigName=name)
+        except ClientError as exc:
+            if is_not_found(exc):
+                return False
+            raise
+        return True
 
     @staticmethod
     def _ignore_missing(call: Any) -> None:
