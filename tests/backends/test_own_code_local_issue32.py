@@ -8,8 +8,10 @@ has it. Plus the one-sentence refusals and failures around it, without training.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import subprocess
 import time
 from pathlib import Path
 
@@ -46,6 +48,7 @@ def _model_saved_by_transformers5(dest: Path) -> Path:
     AutoTokenizer.from_pretrained(source).save_pretrained(dest)
     AutoModel.from_pretrained(source).save_pretrained(dest)
     assert (dest / "model.safetensors").is_file() and not (dest / "pytorch_model.bin").exists()
+    subprocess.run(["chmod", "-R", "a+rX", str(dest)], check=True)  # safetensors writes 0600: a team opens it up
     return dest
 
 
@@ -238,3 +241,25 @@ def test_a_trainer_script_under_ddp_trains_on_the_cpu_as_two_processes(image_run
     assert "torchrun --nnodes 1 --nproc_per_node 2 train.py" in log
     assert "eval_accuracy" in remote.final_metrics  # type: ignore[attr-defined]
     assert (home / "local-jobs" / "ddp-1" / "model" / "config.json").is_file()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root bot runs jobs as another uid than the files' owner")
+def test_a_model_folder_the_jobs_uid_cannot_read_is_refused_in_one_sentence(tmp_path: Path) -> None:
+    home, data = tmp_path / "home", tmp_path / "data"
+    model = data / "team-model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"weights")
+    (model / "model.safetensors").chmod(0o600)  # as safetensors writes it
+    repo = make_repo(tmp_path / "git", "team")
+    commit = repo.commit({"train.py": "print('never runs')\n"})
+    spec = parse_command(f"code=git+{repo.url}@main entry=train.py hp.model_id={model}")
+    plan = build_plan(spec.model_copy(update={"code_commit": commit, "model": None}), bucket="", lineage_id="ro")
+    backend = LocalBackend(home, clock=SystemClock(), data_roots=(data,))
+    if not backend.sandbox.active():
+        pytest.skip("no working bubblewrap here: the job would run as the bot's own uid")
+    with pytest.raises(BadInput) as refused:
+        backend.launch("ro-1", plan)
+    message = refused.value.user_message()
+    assert "cannot read" in message and "model.safetensors" in message and f"chmod -R a+rX {model}" in message
+    assert "\n" not in message and not (home / "local-jobs" / "ro-1" / "state.json").exists()

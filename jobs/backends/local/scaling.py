@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -290,6 +291,38 @@ def check_own_model(plan: LaunchPlan, run: LocalRun) -> None:
     name = run.hyperparameters.get("model_name_or_path")
     if run.offline and name is not None and _local_folder(name) is None:
         raise BadInput(f"On the local backend {OFFLINE_HUB_MODEL.format(model=name)}.")
+
+
+#: How many entries of a named folder are checked for the job's uid to read (a model folder has a few dozen).
+READABLE_CHECK_ENTRIES = 10_000
+
+
+def check_readable_folders(run: LocalRun, uid: int) -> None:
+    """Each local folder a team's arguments name (its model, say) readable by ``uid``, the uid the job runs as
+    where it is not the files' owner: BadInput naming the first file it could not read, and how to fix it."""
+    for value in run.hyperparameters.values():
+        folder = _local_folder(value)
+        if folder is None:
+            continue
+        for checked, path in enumerate((folder, *folder.rglob("*"))):
+            if checked > READABLE_CHECK_ENTRIES:
+                break
+            if not _readable_by(path, uid):
+                raise BadInput(
+                    f"The local job runs as uid {uid} and cannot read {path} of {folder}: make the folder readable "
+                    f"by every user (chmod -R a+rX {folder}) and launch again."
+                )
+
+
+def _readable_by(path: Path, uid: int) -> bool:
+    try:
+        info = path.lstat()
+    except OSError:
+        return True  # gone meanwhile: the job says so itself
+    if stat.S_ISLNK(info.st_mode) or info.st_uid == uid:
+        return True
+    wanted = stat.S_IROTH | (stat.S_IXOTH if stat.S_ISDIR(info.st_mode) else 0)
+    return info.st_mode & wanted == wanted
 
 
 def check_own_channels(plan: LaunchPlan, run: LocalRun) -> None:

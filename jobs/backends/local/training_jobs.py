@@ -47,6 +47,7 @@ from jobs.backends.local.scaling import (
     LocalLimits,
     check_own_channels,
     check_own_model,
+    check_readable_folders,
     is_offline,
     local_forecast_target,
     scale_plan,
@@ -287,6 +288,8 @@ class LocalBackend:
         if plan.spec.own_code:
             check_own_channels(plan, run)
             check_own_model(plan, run)
+            if isolated and runs_as_root():  # the job reads the team's folders as another uid than their owner's
+                check_readable_folders(run, self._sandbox.job_uid)
         # A team's script runs on its image runtime, which always has the toolkit (it may not be built yet).
         kind = local_container.TOOLKIT if job_python.runtime is not None else self._runner_kind(job_python.python)
         entry, code_env = self._snapshot(folder, source, unpack=kind == local_container.DIRECT)
