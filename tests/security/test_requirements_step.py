@@ -211,10 +211,10 @@ def test_what_runs_in_the_step_sees_no_secret_no_bot_home_and_writes_only_the_jo
     (home / "trainbot.db").write_text(f"the store {CANARY}")
     folder = JobFolder(home / "local-jobs", "req-spy")
     folder.path.mkdir(parents=True)
+    out = folder.scratch_dir / "report"  # the spy's own notes, in what the step may write
+    out.mkdir(parents=True)
     # The step as a launch sets it up (the backend's FirstStep), with the sandbox the bot runs jobs in.
     install = FirstStep(home, sys.executable, Sandbox()).install(folder, image_runtime, isolated=True)
-    out = folder.scratch_dir / "report"
-    out.mkdir(parents=True)
     spy = folder.env_dir / "bin" / "python"  # where the step's Python is: the job's own environment
     spy.parent.mkdir(parents=True, exist_ok=True)
     spy.write_text(SPY.format(out=out, home=home.resolve(), runtime=image_runtime.prefix, bot_home=bot_home))

@@ -16,7 +16,7 @@ from jobs.backends.local.interpreter import Interpreter
 from jobs.backends.local.requirements import index_options
 from jobs.backends.local.requirements import stage as stage_requirements
 from jobs.backends.local.runtime import Runtime
-from jobs.backends.local.sandbox import JobMounts, Sandbox
+from jobs.backends.local.sandbox import JobMounts, Sandbox, hand_over
 from jobs.backends.local.state import JobFolder
 
 PREPARE_MODULE = "jobs.backends.local.prepare"
@@ -71,6 +71,7 @@ class FirstStep:
                         made(runtime.prefix.parent), *local_index, made(folder.path / "wheels"))
             mounts = JobMounts(folder.path, (made(folder.env_dir), made(folder.scratch_dir)), readable,
                                network=True, cwd=folder.scratch_dir)
+            hand_over(mounts, self.sandbox.host_uid())  # pip runs as the job's uid there
             install["sandbox"] = self.sandbox.arguments(mounts)
         return install
 
