@@ -12,6 +12,7 @@ processes (capped by the cores), and keeps the local run's global batch the way 
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -304,9 +305,7 @@ def check_readable_folders(run: LocalRun, uid: int) -> None:
         folder = _local_folder(value)
         if folder is None:
             continue
-        for checked, path in enumerate((folder, *folder.rglob("*"))):
-            if checked > READABLE_CHECK_ENTRIES:
-                break
+        for path in itertools.islice(itertools.chain((folder,), folder.rglob("*")), READABLE_CHECK_ENTRIES):
             if not _readable_by(path, uid):
                 raise BadInput(
                     f"The local job runs as uid {uid} and cannot read {path} of {folder}: make the folder readable "
