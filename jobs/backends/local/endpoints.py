@@ -221,11 +221,10 @@ class LocalEndpoints:
         pid = self._pid(folder)
         if pid is not None and self._alive(folder):
             self._runner.signal_group(pid, SIGTERM, spare=_SPARE)
-            deadline = time.monotonic() + STOP_WAIT_SECONDS
-            while self._alive(folder) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if self._alive(folder):
+            if not self._group_ended(pid, STOP_WAIT_SECONDS):
                 self._runner.signal_group(pid, SIGKILL)
+                if not self._group_ended(pid, STOP_WAIT_SECONDS):
+                    logger.warning("local endpoint %s: processes of group %d outlived SIGKILL", name, pid)
         shutil.rmtree(folder, ignore_errors=True)
         logger.info("removed local endpoint %s", name)
 
@@ -355,6 +354,16 @@ class LocalEndpoints:
         inside = sandbox_environment(env, run)
         hand_over(mounts, self._sandbox.host_uid())
         return [*self._sandbox.arguments(mounts, die_with_parent=False), "--", *argv], inside
+
+    def _group_ended(self, pgid: int, seconds: float) -> bool:
+        """Waits until no process of the server's group is left (the sandbox's inner processes end after its
+        first one), at most ``seconds``: "stopped" is said only of a server that holds no memory any more."""
+        deadline = time.monotonic() + seconds
+        while self._runner.group_alive(pgid):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _alive(self, folder: Path) -> bool:
         pid = self._pid(folder)

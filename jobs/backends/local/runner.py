@@ -35,6 +35,11 @@ class ProcessRunner(Protocol):
 
     def is_alive(self, pid: int) -> bool: ...
 
+    def group_alive(self, pgid: int) -> bool:
+        """Whether any process of group `pgid` still runs (a sandbox's inner processes outlive its first one
+        for a moment); where there is no /proc, whether `pgid` itself does."""
+        ...
+
 
 class SubprocessRunner:
     """Real processes. Keeps the Popen objects it started so their exits are reaped (no zombies);
@@ -87,6 +92,13 @@ class SubprocessRunner:
         except PermissionError:  # exists, owned by someone else: not ours any more (pid reused)
             return False
         return not _is_zombie(pid)
+
+    def group_alive(self, pgid: int) -> bool:
+        members = _group_members(pgid)
+        if members is None:
+            return self.is_alive(pgid)
+        self.is_alive(pgid)  # reaps our own child, which would otherwise stay a zombie in the group
+        return any(not _is_zombie(member) for member in members)
 
 
 def _group_members(pgid: int) -> dict[int, list[str]] | None:
