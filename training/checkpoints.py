@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import sys
 import time
@@ -21,40 +20,8 @@ from typing import Any
 from script_arguments import DEFAULT_CHECKPOINT_DIR, ScriptArguments, UsageError
 from trainbot_rank_agreement import RankAgreement
 
-_CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 #: Beside the checkpoint-N folders (synced with them on SageMaker): {"step": furthest step reached}.
 FURTHEST_FILE = "trainbot-furthest-step.json"
-
-
-def _checkpoint_complete(path: Path) -> bool:
-    try:
-        state = json.loads((path / "trainer_state.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(state, dict) and "global_step" in state
-
-
-def find_resume_checkpoint(checkpoint_dir: Path) -> tuple[Path | None, list[Path]]:
-    """(newest complete checkpoint, incomplete checkpoint folders newer than it).
-
-    Complete means `trainer_state.json` is there and parses: the Trainer writes it after the weights,
-    optimizer and scheduler, so a kill mid-save leaves a folder without it (or with a torn one), which
-    the stock `get_last_checkpoint` would still pick.
-    """
-    if not checkpoint_dir.is_dir():
-        return None, []
-    found = []
-    for child in checkpoint_dir.iterdir():
-        match = _CHECKPOINT_RE.match(child.name)
-        if match and child.is_dir():
-            found.append((int(match.group(1)), child))
-    incomplete: list[Path] = []
-    for _, path in sorted(found, reverse=True):
-        if _checkpoint_complete(path):
-            return path, incomplete
-        incomplete.append(path)
-    return None, incomplete
-
 
 
 def furthest_step(checkpoint_dir: Path) -> int | None:

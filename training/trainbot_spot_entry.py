@@ -14,7 +14,9 @@ The image's toolkit never passes SIGTERM on, so only saves protect a spot job. W
 set, every transformers Trainer the script builds gets one more callback (the script is not changed): it saves a
 checkpoint whenever that many minutes have passed since the last one, records the furthest step reached beside the
 checkpoints, says on resuming from which checkpoint and how many steps are trained again, and prints ``[progress]``
-lines the bot reads. Standard library only; transformers is imported only when the clock is asked for.
+lines the bot reads; and the script's ``get_last_checkpoint`` skips a checkpoint a kill left half-written (the
+stock one would pick it and start again from step 0). Standard library only; transformers is imported only when
+the clock is asked for.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from trainbot_rank_agreement import RankAgreement, leave_process_group  # shipped beside this file
+from trainbot_checkpoint_folders import find_resume_checkpoint  # shipped beside this file, as is the next
+from trainbot_rank_agreement import RankAgreement, leave_process_group
 
 USER_ENTRY_ENV = "TRAINBOT_USER_ENTRY"
 CHECKPOINT_MINUTES_ENV = "TRAINBOT_CHECKPOINT_MINUTES"
@@ -171,7 +174,30 @@ def add_clock_to_trainers(minutes: float) -> bool:
             self.add_callback(callback())
 
     trainer_class.__init__ = init_with_clock
+    resume_from_complete_checkpoints()
     return True
+
+
+def last_complete_checkpoint(folder: str) -> str | None:
+    """``get_last_checkpoint`` as transformers' own, but the newest *complete* checkpoint (see
+    trainbot_checkpoint_folders): a kill mid-save would otherwise restart the run from step 0."""
+    resume, incomplete = find_resume_checkpoint(Path(folder))
+    if is_rank_zero():
+        for path in incomplete:
+            print(f"[checkpoint] ignoring incomplete {path}", flush=True)
+    return str(resume) if resume is not None else None
+
+
+def resume_from_complete_checkpoints() -> None:
+    """Both ways a script resumes (``get_last_checkpoint`` imported from ``transformers.trainer_utils``, and the
+    Trainer's ``resume_from_checkpoint=True``) find the newest complete checkpoint. Set before the script runs,
+    so its own import takes this one; the script is not changed."""
+    import transformers.trainer
+    import transformers.trainer_utils
+
+    for module in (transformers.trainer_utils, transformers.trainer):
+        if hasattr(module, "get_last_checkpoint"):
+            module.get_last_checkpoint = last_complete_checkpoint
 
 
 def main() -> int:

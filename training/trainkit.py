@@ -30,6 +30,7 @@ import hub_token
 import metrics_log
 from batches import SAMPLE_IDS, GlobalOrderSampler, PadCollator
 from script_arguments import ScriptArguments, UsageError
+from trainbot_checkpoint_folders import find_resume_checkpoint
 from trainbot_rank_agreement import leave_process_group
 
 EXIT_OK = 0
@@ -184,7 +185,7 @@ def train_and_finish(
     training just done (given its metrics), printed as ``[metric]`` lines too."""
     metrics: dict[str, Any] = {}
     if training_args.do_train:
-        resume, incomplete = checkpoints.find_resume_checkpoint(dirs.checkpoints)
+        resume, incomplete = find_resume_checkpoint(dirs.checkpoints)
         furthest = checkpoints.furthest_step(dirs.checkpoints)
         if trainer.is_world_process_zero():
             for path in incomplete:

@@ -31,7 +31,7 @@ MODEL_DIR = "/opt/ml/model"
 #: (``checkpoint_minutes=``): it adds the saves to the script's Trainer, then copies the final model.
 SPOT_ENTRY = "trainbot_spot_entry.py"
 #: What ships beside the team's script then: the entry and what it imports.
-SPOT_ENTRY_FILES = (SPOT_ENTRY, "trainbot_rank_agreement.py")
+SPOT_ENTRY_FILES = (SPOT_ENTRY, "trainbot_checkpoint_folders.py", "trainbot_rank_agreement.py")
 #: The environment variable that names the user's script for the wrapper.
 USER_ENTRY_ENV = "TRAINBOT_USER_ENTRY"
 #: The environment variable that tells the spot entry how often to save (minutes).

@@ -237,7 +237,8 @@ def test_checkpoints_on_the_clock_differ_only_by_the_entry_it_asked_for(moto_aws
         checkpoint_local_path="/opt/ml/checkpoints", metric_definitions=plan.estimator["metric_definitions"],
         volume_size=30, **parity.layout("clock"))
     assert _whole(sent) == _whole(expected)
-    assert _uploaded(moto_aws, sent) == ["train.py", "trainbot_rank_agreement.py", "trainbot_spot_entry.py"]
+    assert _uploaded(moto_aws, sent) == ["train.py", "trainbot_checkpoint_folders.py", "trainbot_rank_agreement.py",
+                                       "trainbot_spot_entry.py"]
 
 
 @pytest.mark.parametrize("words", ["checkpoint_minutes=5 spot=yes", "checkpoint_minutes=0.5"])

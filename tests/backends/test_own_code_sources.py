@@ -180,7 +180,7 @@ def test_a_spot_job_ships_the_spot_entry_beside_the_script(repo: GitRepo, moto_a
     assert _hp(request, "output_dir") == "/opt/ml/checkpoints"
     assert request["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
     files = _uploaded(moto_aws, request)
-    assert files["run_qa.py"] == b"VERSION = 'v4.28.1'\n" and {SPOT_ENTRY, "trainbot_rank_agreement.py"} <= set(files)
+    assert files["run_qa.py"] == b"VERSION = 'v4.28.1'\n" and {SPOT_ENTRY, "trainbot_checkpoint_folders.py", "trainbot_rank_agreement.py"} <= set(files)
 
 
 def test_a_plan_from_an_earlier_version_ships_todays_spot_entry_files(
@@ -195,7 +195,7 @@ def test_a_plan_from_an_earlier_version_ships_todays_spot_entry_files(
     recorder = CallRecorder()
     sagemaker_backend(moto_aws, moto_aws.boto_session(recorders=[recorder]), code_home=home).launch("oldplan-2", launched)
     files = _uploaded(moto_aws, recorder.by_name("oldplan-2"))
-    assert {SPOT_ENTRY, "trainbot_rank_agreement.py"} <= set(files)
+    assert {SPOT_ENTRY, "trainbot_checkpoint_folders.py", "trainbot_rank_agreement.py"} <= set(files)
     assert files[SPOT_ENTRY] == (Path(__file__).resolve().parents[2] / "training" / SPOT_ENTRY).read_bytes()
 
 

@@ -194,7 +194,7 @@ def test_a_spot_job_with_own_code_runs_its_own_entry_and_says_how_to_resume() ->
     assert clock["entry_point"] == SPOT_ENTRY
     assert clock["environment"] == {"TRAINBOT_USER_ENTRY": "run_qa.py", "TRAINBOT_CHECKPOINT_MINUTES": "10"}
     shipped = [Path(p) for p in clock["dependencies"]]
-    assert [p.name for p in shipped] == [SPOT_ENTRY, "trainbot_rank_agreement.py"] and all(p.is_file() for p in shipped)
+    assert [p.name for p in shipped] == [SPOT_ENTRY, "trainbot_checkpoint_folders.py", "trainbot_rank_agreement.py"] and all(p.is_file() for p in shipped)
 
 
 def test_an_s3_tarball_is_the_sdks_own_source_form() -> None:

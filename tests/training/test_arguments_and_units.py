@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import checkpoints
 import compat
 import data_channels
 import metrics_log
@@ -14,6 +13,7 @@ import pytest
 import qa_postprocess
 import script_arguments
 import train_classification
+import trainbot_checkpoint_folders
 
 from jobs.planning.metrics import METRIC_DEFINITIONS, PROGRESS_DEFINITIONS, parse_metric_line
 from tests.training.conftest import run_script, script_env
@@ -100,13 +100,13 @@ def _checkpoint(root: Path, step: int, state: str | None) -> Path:
 
 
 def test_resume_picks_newest_complete_checkpoint(tmp_path: Path) -> None:
-    assert checkpoints.find_resume_checkpoint(tmp_path / "none") == (None, [])
+    assert trainbot_checkpoint_folders.find_resume_checkpoint(tmp_path / "none") == (None, [])
     good = _checkpoint(tmp_path, 20, json.dumps({"global_step": 20}))
     _checkpoint(tmp_path, 5, json.dumps({"global_step": 5}))
     torn = _checkpoint(tmp_path, 30, '{"global_st')
     missing = _checkpoint(tmp_path, 40, None)
     (tmp_path / "checkpoint-50-tmp").mkdir()
-    assert checkpoints.find_resume_checkpoint(tmp_path) == (good, [missing, torn])
+    assert trainbot_checkpoint_folders.find_resume_checkpoint(tmp_path) == (good, [missing, torn])
 
 
 def test_squad_normalisation_and_scores() -> None:

@@ -81,3 +81,50 @@ def test_only_rank_zero_copies(code: Path, tmp_path: Path) -> None:
 def test_a_script_outside_the_code_folder_is_refused(code: Path, tmp_path: Path) -> None:
     done = run(code, tmp_path, TRAINBOT_USER_ENTRY="../elsewhere.py")
     assert done.returncode == 2 and "names no script" in done.stdout
+
+
+RESUMING_SCRIPT = '''\
+import sys
+import transformers.trainer
+from transformers.trainer_utils import get_last_checkpoint
+out = sys.argv[sys.argv.index("--output_dir") + 1]
+print("the script finds", get_last_checkpoint(out), flush=True)
+print("resume_from_checkpoint=True finds", transformers.trainer.get_last_checkpoint(out), flush=True)
+'''
+
+
+def _checkpoints_after_a_kill_mid_save(folder: Path) -> tuple[Path, Path]:
+    """checkpoint-10 whole; checkpoint-20 as a spot reclaim during its save leaves it: weights, no trainer_state."""
+    whole, torn = folder / "checkpoint-10", folder / "checkpoint-20"
+    whole.mkdir(parents=True)
+    (whole / "model.safetensors").write_bytes(b"w")
+    (whole / "trainer_state.json").write_text('{"global_step": 10}')
+    torn.mkdir()
+    (torn / "model.safetensors").write_bytes(b"w")
+    return whole, torn
+
+
+def test_a_resumed_script_skips_the_checkpoint_a_kill_left_half_written(code: Path, tmp_path: Path) -> None:
+    # Issue 31, item 5: on a loaded run a reclaimed own-code job's next attempt reported no resume step. The kill
+    # had landed in a save on the clock; the script's stock get_last_checkpoint picked that torn folder, and the
+    # Trainer, finding no trainer_state.json in it, trained again from step 0: lost work, reported as none.
+    (code / "scripts" / "resume.py").write_text(RESUMING_SCRIPT)
+    whole, torn = _checkpoints_after_a_kill_mid_save(tmp_path / "checkpoints")
+
+    done = run(code, tmp_path, TRAINBOT_USER_ENTRY="scripts/resume.py", TRAINBOT_CHECKPOINT_MINUTES="10")
+
+    assert done.returncode == 0, done.stderr
+    assert f"the script finds {whole}\n" in done.stdout
+    assert f"resume_from_checkpoint=True finds {whole}\n" in done.stdout
+    assert f"[checkpoint] ignoring incomplete {torn}\n" in done.stdout
+    assert torn.is_dir()  # the team's folder is left as it is
+
+
+def test_without_saves_on_the_clock_the_script_resumes_as_transformers_does(code: Path, tmp_path: Path) -> None:
+    (code / "scripts" / "resume.py").write_text(RESUMING_SCRIPT)
+    _, torn = _checkpoints_after_a_kill_mid_save(tmp_path / "checkpoints")
+
+    done = run(code, tmp_path, TRAINBOT_USER_ENTRY="scripts/resume.py")
+
+    assert done.returncode == 0, done.stderr
+    assert f"the script finds {torn}\n" in done.stdout  # the stock choice: the entry changes nothing unasked
