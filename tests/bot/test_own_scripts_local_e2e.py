@@ -115,6 +115,20 @@ def _furthest(folder: Path) -> int:
         return 0
 
 
+def _as_a_kill_mid_save_leaves(checkpoints: Path, saved: int, reached: int) -> str:
+    """checkpoint-<reached> as a reclaim during its save would leave it (weights, no trainer_state.json), owned as
+    the job's own files are; unless the kill really left one. The script's stock get_last_checkpoint picks it: the
+    next attempt must resume from checkpoint-<saved> all the same (issue 31, item 5)."""
+    torn = checkpoints / f"checkpoint-{reached}"
+    if not torn.exists():
+        shutil.copytree(checkpoints / f"checkpoint-{saved}", torn, ignore=shutil.ignore_patterns("trainer_state.json"))
+        owner = checkpoints.stat()
+        for path in (torn, *torn.rglob("*")):
+            os.chown(path, owner.st_uid, owner.st_gid)
+    assert not (torn / "trainer_state.json").exists()
+    return torn.name
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_a_spot_script_is_reclaimed_mid_epoch_and_resumes_from_its_checkpoint(
@@ -147,6 +161,7 @@ def test_a_spot_script_is_reclaimed_mid_epoch_and_resumes_from_its_checkpoint(
     saved_at_kill, reached_at_kill = _saved(checkpoints)[-1], _furthest(checkpoints)
     assert 0 < saved_at_kill < reached_at_kill < epochs * steps_per_epoch
     assert any(step % steps_per_epoch for step in _saved(checkpoints)), "no save came from the clock"
+    torn = _as_a_kill_mid_save_leaves(checkpoints, saved_at_kill, reached_at_kill)
 
     report = team.until_ended(lineage)
     second = team.log(f"{lineage}-2")
@@ -158,6 +173,7 @@ def test_a_spot_script_is_reclaimed_mid_epoch_and_resumes_from_its_checkpoint(
     # The script's own default (--output_dir /opt/ml/checkpoints): the lineage's checkpoint folder is there, in
     # the sandbox as in SageMaker's container, with what the first attempt saved.
     assert f"continuing training from checkpoint /opt/ml/checkpoints/checkpoint-{saved_at_kill}" in second
+    assert f"[checkpoint] ignoring incomplete /opt/ml/checkpoints/{torn}" in second
     assert any(f"{lineage}-2 resumed from the checkpoint at step {saved_at_kill}" in line and
                f"{reached_at_kill - saved_at_kill} steps trained after it" in line for line in team.thread())
     text = trainbot(team.env, "status", lineage).stdout
