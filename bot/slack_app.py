@@ -157,6 +157,11 @@ class SlackSurface:
             command, text = body.get("command", ""), body.get("text", "") or ""
             note = train.resolving_note(ctx, text) if command == TRAIN_COMMAND else None
             if note is not None:  # the card waits on a git host: Slack waits 3 s for the ack
+                # Not Bolt's lazy listeners (issue 31): a lazy function runs on Bolt's listener executor, outside
+                # the bounded pool for work that waits on git hosts, whose per-person refusal must be the ack's
+                # own text (so it is asked before acking); and whether the ack carries the card or this note is
+                # known per request, while lazy functions are fixed per command. The Event keeps the one
+                # guarantee lazy would give: the card never overtakes the ack.
                 acked = threading.Event()
 
                 def draw() -> None:
