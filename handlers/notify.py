@@ -90,6 +90,8 @@ def deliver_one(services: Services, chat: Chat, notification: Notification) -> b
         _defer(services, notification, done, exc)
         return False
     store.outbox.mark_delivered(notification.id)
+    if notification.attempts:  # a deferred one kept its progress: delivered, it is needed no more
+        store.delete_meta(PROGRESS_PREFIX + str(notification.id))
     return True
 
 

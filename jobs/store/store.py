@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, Engine, MetaData, Table, insert, select, update
+from sqlalchemy import Connection, Engine, MetaData, Table, delete, insert, select, update
 from sqlalchemy.engine import Row
 from sqlalchemy.exc import IntegrityError
 
@@ -354,6 +354,12 @@ class Store:
         except IntegrityError:  # another process inserted the key in between (not on SQLite: locked)
             with self._write() as conn:
                 conn.execute(update(t_meta).where(t_meta.c.key == key).values(value=value))
+
+    def delete_meta(self, key: str) -> None:
+        """What was kept for one piece of work (a delivery's progress, a long command's draft) once it is done:
+        meta holds no row for work that has ended."""
+        with self._write() as conn:
+            conn.execute(delete(t_meta).where(t_meta.c.key == key))
 
     # -- helpers ----------------------------------------------------------------------------------
 

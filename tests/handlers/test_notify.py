@@ -4,6 +4,7 @@ the report PNG uploaded; a chat outage defers (never drops) and a retry does not
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,26 @@ def test_huge_log_tail_is_cut_with_a_link(tmp_path: Path) -> None:
     flat = json.dumps(post.blocks)
     assert "earlier lines cut" in flat and "https://console.example/logs/x" in flat
     assert len(world.chat.of("dm")[0].text) <= 3000
+
+
+def test_a_deferred_notification_leaves_no_progress_behind_once_delivered(world: World, tmp_path: Path) -> None:
+    # Issue 31: a deferral keeps which steps went out (meta "notify:<id>"); delivered, that row is removed, so
+    # the meta table does not grow with every chat outage the bot has ever seen.
+    lineage = launched(world)
+    png = tmp_path / "curve.png"
+    png.write_bytes(b"png")
+    enqueue(world, lineage, events.completed(lineage.id, f"{lineage.id}-1", report(lineage), str(png)))
+    world.chat.failing.add("upload")
+    assert deliver_due(world.services, world.chat) == 0
+    progress = [key for key in meta_keys(tmp_path) if key.startswith("notify:")]
+    assert len(progress) == 1  # the post went out before the upload failed
+
+    world.chat.failing.clear()
+    world.clock.advance(3600)
+    assert deliver_due(world.services, world.chat) == 1
+    assert [key for key in meta_keys(tmp_path) if key.startswith("notify:")] == []
+
+
+def meta_keys(tmp_path: Path) -> list[str]:
+    with sqlite3.connect(tmp_path / "bot.db") as db:  # the world's store (make_world in tests/handlers/fakes.py)
+        return [row[0] for row in db.execute("SELECT key FROM meta")]
