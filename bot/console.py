@@ -43,6 +43,7 @@ from jobs.endings.steps import ANNOUNCE
 from jobs.errors import TrainbotError
 from jobs.lineage import Lineage, LineageStatus
 from jobs.records import Actor
+from jobs.store.card_redraws import CardRedraws
 
 if TYPE_CHECKING:
     from bot.wiring import Runtime
@@ -382,11 +383,19 @@ class Console:
         return ending is None or ending.settled_at is not None or ending.done(ANNOUNCE)
 
     def _drain(self, lineage_ids: list[str]) -> None:
-        """Until every message about these lineages is shown (DRAIN_SECONDS at most: a message a chat
-        keeps refusing is the outbox's to retry, not the script's to wait for)."""
+        """Until every message about these lineages is shown, and their cards redrawn after them (a delivery
+        asks for the redraw, which follows it in the same pass: the script's last lines come after the card's),
+        DRAIN_SECONDS at most: a message a chat keeps refusing is the outbox's to retry, not the script's to
+        wait for."""
         deadline = time.monotonic() + DRAIN_SECONDS
-        while time.monotonic() < deadline and self.runtime.store.outbox.undelivered(lineage_ids):
+        while time.monotonic() < deadline and (self.runtime.store.outbox.undelivered(lineage_ids)
+                                               or self._cards_waiting(lineage_ids)):
             self._stop.wait(0.2)
+
+    def _cards_waiting(self, lineage_ids: list[str]) -> bool:
+        wanted = set(lineage_ids)
+        waiting = CardRedraws(self.runtime.store, self.runtime.clock).waiting()
+        return any(redraw.lineage_id in wanted for redraw in waiting)
 
     def exit_code(self) -> int:
         lineages = self.session()

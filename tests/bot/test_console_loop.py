@@ -16,6 +16,7 @@ from bot.wiring import Runtime, build_runtime
 from jobs.clock import SystemClock
 from jobs.records import RemoteStatus
 from jobs.settings import Settings
+from jobs.store.card_redraws import CardRedraws
 from tests.jobs.fakes import ScriptedBackend
 
 
@@ -151,3 +152,39 @@ def test_notify_logs_and_home_in_the_console(tmp_path: Path) -> None:
     home = transcript.split("trainbot> /home\n", 1)[1]
     assert "Your running jobs" in home and "Nothing of yours is running." in home
     assert f"{lineage} ✖ failed" in home and "Team spend" in home and "Schedules" in home
+
+
+@pytest.mark.timeout(60)
+def test_the_script_ends_with_its_summary_after_the_failed_cards_redraw(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # A loaded CI run printed the failed job's card after "failed: ...": the console waited for the outbox's
+    # messages, not for the card redraw their delivery asks for, which follows in the same pass. Here that
+    # redraw is held until the console says its summary (or 5 s): the summary must still come last.
+    import bot.console
+    import handlers.pacing
+
+    summarised = threading.Event()
+    redraw_cards, exit_code = handlers.pacing.redraw_cards, bot.console.Console.exit_code
+
+    def held_redraw(services, chat, **kwargs):  # type: ignore[no-untyped-def]
+        if CardRedraws(services.store, services.clock).due():
+            summarised.wait(5.0)
+        return redraw_cards(services, chat, **kwargs)
+
+    def summary(self):  # type: ignore[no-untyped-def]
+        summarised.set()
+        return exit_code(self)
+
+    monkeypatch.setattr(handlers.pacing, "redraw_cards", held_redraw)
+    monkeypatch.setattr(bot.console.Console, "exit_code", summary)
+    backend = ScriptedBackend(clock=SystemClock())
+    fail_soon(backend, "AlgorithmError: ValueError: the train channel is empty")
+    script = tmp_path / "fails.txt"
+    script.write_text("/train bert-squad\nlaunch\n")
+    out = io.StringIO()
+
+    code = run_console(runtime_on(backend, tmp_path / "home"), script, stdout=out)
+
+    lines = out.getvalue().rstrip().splitlines()
+    assert code == 1
+    assert lines[-2].startswith("script done: bert-squad-") and lines[-1].startswith("failed: bert-squad-"), lines[-8:]
