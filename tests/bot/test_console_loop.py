@@ -39,17 +39,21 @@ def fail_soon(backend: ScriptedBackend, reason: str) -> None:
     backend.on_launch = later
 
 
-@pytest.mark.timeout(60)
-def test_a_script_whose_job_fails_exits_one_and_shows_why(tmp_path: Path) -> None:
+def run_a_failing_script(tmp_path: Path) -> tuple[int, str]:
+    """(exit code, transcript) of a console script whose one job fails."""
     backend = ScriptedBackend(clock=SystemClock())
     fail_soon(backend, "AlgorithmError: ValueError: the train channel is empty")
     script = tmp_path / "fails.txt"
     script.write_text("/train bert-squad\nlaunch\n")
     out = io.StringIO()
-
     code = run_console(runtime_on(backend, tmp_path / "home"), script, stdout=out)
+    return code, out.getvalue()
 
-    transcript = out.getvalue()
+
+@pytest.mark.timeout(60)
+def test_a_script_whose_job_fails_exits_one_and_shows_why(tmp_path: Path) -> None:
+    code, transcript = run_a_failing_script(tmp_path)
+
     assert code == 1, transcript
     assert "AlgorithmError: ValueError: the train channel is empty" in transcript
     assert "\n        loading data\n" in transcript  # the log tail, as code in the job's thread
@@ -177,14 +181,9 @@ def test_the_script_ends_with_its_summary_after_the_failed_cards_redraw(tmp_path
 
     monkeypatch.setattr(handlers.pacing, "redraw_cards", held_redraw)
     monkeypatch.setattr(bot.console.Console, "exit_code", summary)
-    backend = ScriptedBackend(clock=SystemClock())
-    fail_soon(backend, "AlgorithmError: ValueError: the train channel is empty")
-    script = tmp_path / "fails.txt"
-    script.write_text("/train bert-squad\nlaunch\n")
-    out = io.StringIO()
 
-    code = run_console(runtime_on(backend, tmp_path / "home"), script, stdout=out)
+    code, transcript = run_a_failing_script(tmp_path)
 
-    lines = out.getvalue().rstrip().splitlines()
+    lines = transcript.rstrip().splitlines()
     assert code == 1
     assert lines[-2].startswith("script done: bert-squad-") and lines[-1].startswith("failed: bert-squad-"), lines[-8:]

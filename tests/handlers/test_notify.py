@@ -106,7 +106,8 @@ def test_a_chat_outage_defers_and_never_drops(world: World) -> None:
     assert len(world.chat.of("post")) == 1
 
 
-def test_a_retry_does_not_repeat_what_already_went_out(world: World, tmp_path: Path) -> None:
+def upload_fails_once(world: World, tmp_path: Path) -> None:
+    """A completed job's report whose post went out and whose plot upload failed: deferred, half done."""
     lineage = launched(world)
     png = tmp_path / "curve.png"
     png.write_bytes(b"png")
@@ -114,6 +115,10 @@ def test_a_retry_does_not_repeat_what_already_went_out(world: World, tmp_path: P
     world.chat.failing.add("upload")
     assert deliver_due(world.services, world.chat) == 0
     world.chat.failing.clear()
+
+
+def test_a_retry_does_not_repeat_what_already_went_out(world: World, tmp_path: Path) -> None:
+    upload_fails_once(world, tmp_path)
     world.clock.advance(3600)
     assert deliver_due(world.services, world.chat) == 1
     assert len(world.chat.of("post")) == 1 and len(world.chat.of("upload")) == 1
@@ -154,16 +159,10 @@ def test_huge_log_tail_is_cut_with_a_link(tmp_path: Path) -> None:
 def test_a_deferred_notification_leaves_no_progress_behind_once_delivered(world: World, tmp_path: Path) -> None:
     # Issue 31: a deferral keeps which steps went out (meta "notify:<id>"); delivered, that row is removed, so
     # the meta table does not grow with every chat outage the bot has ever seen.
-    lineage = launched(world)
-    png = tmp_path / "curve.png"
-    png.write_bytes(b"png")
-    enqueue(world, lineage, events.completed(lineage.id, f"{lineage.id}-1", report(lineage), str(png)))
-    world.chat.failing.add("upload")
-    assert deliver_due(world.services, world.chat) == 0
+    upload_fails_once(world, tmp_path)
     progress = [key for key in meta_keys(tmp_path) if key.startswith("notify:")]
     assert len(progress) == 1  # the post went out before the upload failed
 
-    world.chat.failing.clear()
     world.clock.advance(3600)
     assert deliver_due(world.services, world.chat) == 1
     assert [key for key in meta_keys(tmp_path) if key.startswith("notify:")] == []
