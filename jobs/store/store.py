@@ -356,8 +356,8 @@ class Store:
                 conn.execute(update(t_meta).where(t_meta.c.key == key).values(value=value))
 
     def delete_meta(self, key: str) -> None:
-        """What was kept for one piece of work (a delivery's progress, a long command's draft) once it is done:
-        meta holds no row for work that has ended."""
+        """Removes what was kept for one piece of work once it is done (a deferred delivery's progress), so meta
+        does not grow with work that has ended."""
         with self._write() as conn:
             conn.execute(delete(t_meta).where(t_meta.c.key == key))
 
