@@ -11,6 +11,7 @@ import pytest
 from jobs.backends.local.offline_assets import LocalAssets
 from tests.support.assets import build_shared_assets, seed_assets
 from tests.support.aws_calls import RECORDER
+from tests.support.environment import SUITE_SETTINGS
 from tests.support.iam_policy import denied
 from tests.support.moto_server import BUCKET
 from tests.support.postgres import postgres_server, postgres_store_url, postgres_url  # noqa: F401
@@ -92,6 +93,7 @@ def _offline_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     # thread each (the cap local jobs take from the operator), or their pools spin against each other and
     # a job trains at a fiftieth of its speed (bench/local_threads.py).
     os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ.update(SUITE_SETTINGS)  # for the bot in this process too, not only the processes tests start
     for name in _LEAKY_VARIABLES:
         os.environ.pop(name, None)
     yield

@@ -6,7 +6,6 @@ the kind, and the default state folder is the relative `./.trainbot`.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,12 +13,13 @@ from pathlib import Path
 from jobs.backends.local.offline_assets import LocalAssets
 from jobs.settings import Settings
 from tests.support.assets import seed_assets
+from tests.support.environment import outside_env
 
 TRAINBOT = Path(sys.executable).with_name("trainbot")
 
 
 def test_a_fresh_folder_trains_bert_squad_on_the_tiny_model(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "TRAINBOT_", "SLACK_", "AWS_"))}
+    env = outside_env("HF_")
     env["HF_HOME"] = str(tmp_path / "hf")  # still never the user's cache
     (tmp_path / "script.txt").write_text("/train bert-squad\nlaunch\n")
     result = subprocess.run(
@@ -42,7 +42,7 @@ def test_a_relative_home_is_made_absolute(tmp_path: Path, monkeypatch) -> None: 
 
 def test_launch_prints_the_lineage_id_alone_even_on_first_use(tmp_path: Path) -> None:
     # First use builds the tiny model in-process; none of that may reach stdout, which scripts read.
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINBOT_", "SLACK_", "AWS_"))}
+    env = outside_env()
     run = lambda *args: subprocess.run(  # noqa: E731
         [str(TRAINBOT), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
     )
@@ -60,7 +60,7 @@ def test_a_job_launched_from_the_shell_is_followed_by_status_alone(tmp_path: Pat
     import json
     import time
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINBOT_", "SLACK_", "AWS_"))}
+    env = outside_env()
     env["TRAINBOT_HOME"] = str(seed_assets(tmp_path / "home", local_assets))
     run = lambda *args: subprocess.run(  # noqa: E731
         [str(TRAINBOT), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False

@@ -9,7 +9,6 @@ Each command is a fresh process, as in a shell; the state between them lives in 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ import pytest
 from jobs.backends.local.offline_assets import LocalAssets, ensure_local_assets
 from jobs.backends.local.runtime import ImageRuntimes, Runtime, ensure_runtime_assets
 from tests.support.assets import seed_assets
+from tests.support.environment import outside_env
 from tests.support.git_repos import make_repo
 from tests.support.runtimes import CACHE_HOME, link_runtimes, ran_on_image_runtime
 
@@ -111,7 +111,7 @@ def test_a_teams_trainer_script_from_git_trains_locally_and_reports_its_own_metr
     # the image's transformers saved it, under TRAINBOT_HOME/data where local jobs may read.
     model = home / "data" / "team-model"
     shutil.copytree(ensure_runtime_assets(ImageRuntimes(CACHE_HOME), image_runtime).model_dir, model)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_"))}
+    env = outside_env()
     env.update(TRAINBOT_HOME=str(home), TRAINBOT_BACKEND="local", TRAINBOT_CODE_SOURCES=repo.url,
                TRAINBOT_LOCAL_DATA_DIRS=str(data))  # the generated reviews may be read by local jobs
 

@@ -27,6 +27,7 @@ from jobs.backends.local.offline_assets import ensure_local_assets, write_imdb_j
 from jobs.backends.local.runtime import ImageRuntimes, Runtime
 from jobs.backends.local.training_jobs import LocalBackend
 from jobs.clock import SystemClock
+from tests.support.environment import outside_env
 from tests.support.git_repos import make_repo
 from tests.support.own_scripts import (
     INSISTS_ON_FP16,
@@ -63,7 +64,7 @@ class Team:
         self.metric = write_metric(data / "accuracy", for_load_metric=load_metric)
         self.repo = make_repo(tmp_path / "git", "team-models")
         self.commit = self.repo.commit({"scripts/train.py": script})
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_"))}
+        self.env = outside_env()
         self.env.update(TRAINBOT_HOME=str(self.home), TRAINBOT_BACKEND="local", TRAINBOT_CODE_SOURCES=self.repo.url,
                         TRAINBOT_LOCAL_DATA_DIRS=str(data), TRAINBOT_RELAUNCH_BACKOFF_SECONDS="0")
 

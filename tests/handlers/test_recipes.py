@@ -4,7 +4,6 @@ would shadow a preset or a key. The CLI's `trainbot recipe ...` is at the end.""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +19,7 @@ from jobs.records import Actor
 from jobs.settings import Settings
 from tests.handlers.fakes import RecordingChat
 from tests.support.clock import FakeClock
+from tests.support.environment import outside_env
 
 ALICE = Actor("U_ALICE", channel_id="C_ML", via="slack")
 BOB = Actor("U_BOB", channel_id="C_ML", via="slack")
@@ -135,7 +135,7 @@ def test_recipe_help_and_unknown_verbs(runtime: Runtime) -> None:
 
 
 def test_the_cli_saves_lists_shows_uses_and_removes(tmp_path: Path) -> None:
-    env: dict[str, Any] = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_"))}
+    env: dict[str, Any] = outside_env()
     env.update(TRAINBOT_HOME=str(tmp_path / "home"), TRAINBOT_BACKEND="local")
 
     def trainbot(*args: str) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,6 @@ sessions from building at once.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from jobs.file_lock import exclusive_lock
+from tests.support.environment import outside_env
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALL = ROOT / "tools" / "install.sh"
@@ -46,8 +46,7 @@ class Installed:
 
     def env(self, home: Path, **extra: str) -> dict[str, str]:
         """The test's environment less anything that could put this tree on the path or reach real services."""
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_", "PYTHON", "VIRTUAL_ENV"))}
+        env = outside_env("PYTHON", "VIRTUAL_ENV")
         env.update(TRAINBOT_HOME=str(home), PYTHONIOENCODING="utf-8", **extra)
         return env
 

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.support.environment import outside_env
 
 TRAINBOT = Path(sys.executable).with_name("trainbot")
 
 
 def clean_env(home: Path, **extra: str) -> dict[str, str]:
     """This process's environment without Slack, AWS or trainbot settings, then TRAINBOT_HOME and ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_"))}
+    env = outside_env()
     env.update(TRAINBOT_HOME=str(home), TRAINBOT_BACKEND="local", HF_HUB_OFFLINE="1", **extra)
     return env
 

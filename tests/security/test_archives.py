@@ -32,6 +32,7 @@ from jobs.clock import SystemClock
 from jobs.errors import SpecError
 from jobs.planning.plan import build_plan
 from jobs.planning.reader import CommandReader
+from tests.support.environment import outside_env
 from tests.support.git_repos import make_repo
 from tests.support.moto_server import CallRecorder, MotoAws, moto_aws, moto_server, sagemaker_backend  # noqa: F401
 
@@ -254,7 +255,7 @@ def test_the_size_cap_holds_for_git_archive_output(zeros_repo: tuple[str, str], 
 def test_trainbot_code_max_bytes_refuses_a_launch_with_exit_2(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "git", "team")
     commit = repo.commit({"jobs/train.py": "print(1)\n", "jobs/data.txt": os.urandom(400_000).hex()})
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_"))}
+    env = outside_env()
     env.update(TRAINBOT_HOME=str(tmp_path / "home"), TRAINBOT_BACKEND="local", TRAINBOT_CODE_MAX_BYTES="500KB",
                TRAINBOT_CODE_SOURCES=f"file://{tmp_path / 'git'}/")
     done = subprocess.run([str(TRAINBOT), "launch", "distilbert-spot", f"code=git+{repo.url}@{commit}",

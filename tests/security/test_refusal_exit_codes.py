@@ -8,13 +8,13 @@ stay exit 1.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
 from jobs import errors
 from tests.security.cli import clean_env, one_sentence, trainbot
+from tests.support.environment import outside_env
 from tests.support.moto_server import (
     FAKE_CREDENTIALS,
     MotoAws,
@@ -74,7 +74,7 @@ def test_a_scheduled_run_over_the_budget_is_exit_2(tmp_path: Path) -> None:
 
 @pytest.fixture
 def aws_env(moto_server: MotoAws, tmp_path: Path) -> dict[str, str]:  # noqa: F811
-    env = {key: value for key, value in os.environ.items() if not key.startswith(("AWS_", "SLACK_", "TRAINBOT_"))}
+    env = outside_env()
     env.update(FAKE_CREDENTIALS)
     env.update(AWS_ENDPOINT_URL=moto_server.endpoint_url, AWS_DEFAULT_REGION=moto_server.region,
                AWS_CONFIG_FILE="/dev/null", AWS_SHARED_CREDENTIALS_FILE="/dev/null", AWS_EC2_METADATA_DISABLED="true",

@@ -34,6 +34,7 @@ from jobs.errors import NotFound
 from jobs.records import RemoteStatus
 from jobs.settings import Settings
 from tests.security.rigs import ServedBot, launch_value, wait_until, wheel
+from tests.support.environment import outside_env
 from tests.support.git_repos import GitRepo, make_repo
 from tests.support.runtimes import link_runtimes
 from tests.support.slack_api import SlackApiServer
@@ -261,7 +262,7 @@ def unsandboxed(tmp_path: Path) -> tuple[dict[str, str], str]:
     """The CLI's environment with TRAINBOT_LOCAL_SANDBOX=off, and a /train line for own code."""
     repo = make_repo(tmp_path / "git", "team")
     commit = repo.commit({"probe/evil.py": "print('never runs')\n"})
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "SLACK_", "TRAINBOT_"))}
+    env = outside_env()
     link_runtimes(tmp_path / "home")
     env.update(TRAINBOT_HOME=str(tmp_path / "home"), TRAINBOT_BACKEND="local", TRAINBOT_LOCAL_SANDBOX="off",
                TRAINBOT_CODE_SOURCES=f"file://{tmp_path / 'git'}/")

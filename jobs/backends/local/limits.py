@@ -63,7 +63,9 @@ class JobLimits:
 
     @classmethod
     def defaults(cls) -> JobLimits:
-        return cls.from_settings(Settings.model_construct())
+        """The limits this process's environment sets (TRAINBOT_LOCAL_*), for a backend built without the bot's
+        wiring (the CLI's helpers, benches, tests): the same figures the wiring would give it."""
+        return cls.from_settings(Settings())
 
     @classmethod
     def from_settings(cls, settings: Settings) -> JobLimits:
