@@ -29,7 +29,7 @@ def _data_with_a_link_out(tmp_path: Path) -> Path:
 def test_a_link_in_the_data_is_copied_as_a_link_never_followed(tmp_path: Path) -> None:
     data = _data_with_a_link_out(tmp_path)
     dest = tmp_path / "job" / "input" / "data" / "train"
-    copy_channel(data, dest)
+    copy_channel(data, dest, keep_free_bytes=1 << 20)
     assert (dest / "shard" / "part-0.arrow").read_bytes() == b"rows" * 100
     assert (dest / "peek").is_symlink() and (dest / "peek-folder").is_symlink()
     copied = [p for p in dest.rglob("*") if p.is_file() and not p.is_symlink()]
@@ -42,6 +42,7 @@ def test_a_copy_that_would_fill_the_disk_is_refused_with_nothing_copied(tmp_path
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(2 << 30, 2 << 30, 1 << 30))
     dest = tmp_path / "job" / "input" / "data" / "train"
-    with pytest.raises(BackendError, match=r"^The channel .* holds 0\.0 GB and the job's folder has 1\.1 GB free: "):
-        copy_channel(data, dest)
+    with pytest.raises(BackendError, match=r"^The channel .* holds 0\.0 GB and the job's folder has 1\.1 GB free, of "
+                                          r"which 1024 MB stay free \(TRAINBOT_LOCAL_DISK_FREE_MB\): "):
+        copy_channel(data, dest, keep_free_bytes=1 << 30)
     assert not dest.exists()

@@ -115,7 +115,8 @@ def toolkit_job(root: Path, name: str, assets: Path, checkpoints: Path, processe
             "max_train_samples": 400, "max_eval_samples": 50}
     local_container.write_container_config(
         folder, hyperparameters={**base, **hps}, channels={"train": assets / "imdb/train", "test": assets / "imdb/test"},
-        entry_point="train_classification.py", instance_type="ml.p3.2xlarge", processes=processes)
+        entry_point="train_classification.py", instance_type="ml.p3.2xlarge", processes=processes,
+        keep_free_bytes=0)
     return folder
 
 
@@ -271,7 +272,7 @@ def test_roberta_mnli_arguments_as_sent_to_sagemaker_parse_on_transformers_4(
     assert "mp_parameters" in sent
     folder = JobFolder(tmp_path, "mp-args-1")
     local_container.write_container_config(folder, hyperparameters={}, channels={}, entry_point="x.py",
-                                           instance_type="ml.p3.16xlarge", processes=1)
+                                           instance_type="ml.p3.16xlarge", processes=1, keep_free_bytes=0)
     (folder.config_dir / "hyperparameters.json").write_text(json.dumps(sent))  # exactly what SageMaker got
     probe = ("import json, sys; from sagemaker_training import environment; import script_arguments; "
              "argv = environment.Environment().to_cmd_args(); "

@@ -76,21 +76,19 @@ def unpack_sourcedir(archive: Path, code_dir: Path, limits: ArchiveLimits | None
     unpack_file(archive, code_dir, limits or ArchiveLimits(), what="The job's sourcedir.tar.gz")
 
 
-#: Room left free on the disk after a channel's copy (the job still writes its model and checkpoints).
-CHANNEL_HEADROOM_BYTES = 1 << 30
-
-
-def copy_channel(source: Path, dest: Path) -> None:
+def copy_channel(source: Path, dest: Path, *, keep_free_bytes: int) -> None:
     """``source`` copied to ``dest``, its links copied as links, never followed (a link in a data folder that
     leads out of it reaches nothing more than the read-only mount did); refused when the copy would leave the
-    disk with less than CHANNEL_HEADROOM_BYTES."""
+    disk with less than ``keep_free_bytes`` (the reserve the job's limits keep: the job still writes its model
+    and checkpoints)."""
     size = sum(entry.stat(follow_symlinks=False).st_size for entry in _entries(source))
     dest.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(dest.parent).free
-    if size > free - CHANNEL_HEADROOM_BYTES:
+    if size > free - keep_free_bytes:
         raise BackendError(
-            f"The channel {source} holds {size / 1e9:.1f} GB and the job's folder has {free / 1e9:.1f} GB free: "
-            "a local job copies each channel, as SageMaker's File mode does, so free some room or use less data."
+            f"The channel {source} holds {size / 1e9:.1f} GB and the job's folder has {free / 1e9:.1f} GB free, "
+            f"of which {keep_free_bytes >> 20} MB stay free (TRAINBOT_LOCAL_DISK_FREE_MB): a local job copies each "
+            "channel, as SageMaker's File mode does, so free some room or use less data."
         )
     shutil.copytree(source, dest, symlinks=True)
 
@@ -115,16 +113,18 @@ def write_container_config(
     entry_point: str,
     instance_type: str,
     processes: int,
+    keep_free_bytes: int,
 ) -> None:
     """input/config/*.json and input/data/<channel>, as SageMaker writes them into the container before it
     starts. Each channel is a copy, as File mode downloads it: the job may write beside its data (datasets
-    keeps its map() cache there) and the folder it came from stays as it was."""
+    keeps its map() cache there) and the folder it came from stays as it was. A copy leaves the disk
+    ``keep_free_bytes`` free."""
     folder.config_dir.mkdir(parents=True, exist_ok=True)
     folder.input_data_dir.mkdir(parents=True, exist_ok=True)
     for name, path in channels.items():
         copy = folder.input_data_dir / name
         if not copy.exists():
-            copy_channel(path.resolve(), copy)
+            copy_channel(path.resolve(), copy, keep_free_bytes=keep_free_bytes)
     sagemaker_hps: dict[str, Any] = {
         "sagemaker_program": entry_point,
         "sagemaker_submit_directory": str(folder.sourcedir_path),
