@@ -75,6 +75,11 @@ class JobLimits:
                    free_min_mb=settings.trainbot_local_disk_free_mb)
 
     @property
+    def free_min_bytes(self) -> int:
+        """What a job's writes and a launch's channel copies leave free on the home's disk."""
+        return self.free_min_mb * MB
+
+    @property
     def tmpfs_bytes(self) -> int:
         """Each of /tmp and /dev/shm: never more than the memory it would be charged to."""
         return min(self.tmpfs_mb, self.memory_mb) * MB
@@ -86,7 +91,7 @@ class JobLimits:
     def wrapper_options(self, watch: list[Path], cgroups: list[Path]) -> list[str]:
         """The wrapper's options (wrapper.py): the cgroups to put the job in, the folders whose growth is the
         job's disk, the allowance, and the free space the disk keeps."""
-        options = [f"--disk-max={self.disk_mb * MB}", f"--free-min={self.free_min_mb * MB}"]
+        options = [f"--disk-max={self.disk_mb * MB}", f"--free-min={self.free_min_bytes}"]
         options += [f"--watch={path}" for path in watch]
         options += [f"--cgroup={path}" for path in cgroups]
         return options
@@ -97,7 +102,7 @@ class JobLimits:
             free = shutil.disk_usage(home).free
         except OSError:
             return
-        if free < self.free_min_mb * MB:
+        if free < self.free_min_bytes:
             raise LimitReached(
                 f"The disk of this bot's home ({home}) has {free // MB} MB free, under the {self.free_min_mb} MB "
                 "(TRAINBOT_LOCAL_DISK_FREE_MB) it keeps free, so no local job starts: free some room (finished "

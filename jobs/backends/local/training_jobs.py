@@ -39,7 +39,7 @@ from jobs.backends.local.first_step import FirstStep
 from jobs.backends.local.interpreter import Interpreter, layered_environment
 from jobs.backends.local.job_files import job_file_exists
 from jobs.backends.local.job_python import JobPython, own_code_note, runs_on_image_runtime, runtime_note
-from jobs.backends.local.limits import MB, JobLimits
+from jobs.backends.local.limits import JobLimits
 from jobs.backends.local.runner import SIGKILL, SIGTERM, ProcessRunner, SubprocessRunner
 from jobs.backends.local.runtime import ImageRuntimes
 from jobs.backends.local.sandbox import Sandbox, runs_as_root
@@ -304,7 +304,7 @@ class LocalBackend:
         instance_type = str(plan.estimator.get("instance_type", ""))
         local_container.write_container_config(
             folder, hyperparameters=hps, channels=channels, entry_point=entry, instance_type=instance_type,
-            processes=run.processes, keep_free_bytes=self._job_limits.free_min_mb * MB,
+            processes=run.processes, keep_free_bytes=self._job_limits.free_min_bytes,
         )
         now = self._clock.now()
         state = JobState(
