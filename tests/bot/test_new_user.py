@@ -46,7 +46,9 @@ def test_launch_prints_the_lineage_id_alone_even_on_first_use(tmp_path: Path) ->
     run = lambda *args: subprocess.run(  # noqa: E731
         [str(TRAINBOT), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
     )
-    launched = run("launch", "distilbert-spot")
+    # Steps enough that it is still training when stopped, however slow the next command is to start (the
+    # preset's few steps had ended first in a CI run under load).
+    launched = run("launch", "distilbert-spot", "max_steps=100000")
     assert launched.returncode == 0, launched.stderr
     assert launched.stdout.count("\n") == 1 and launched.stdout.startswith("distilbert-spot-")
     stopped = run("stop", launched.stdout.strip())
