@@ -46,13 +46,13 @@ def test_launch_prints_the_lineage_id_alone_even_on_first_use(tmp_path: Path) ->
     run = lambda *args: subprocess.run(  # noqa: E731
         [str(TRAINBOT), *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False
     )
-    # Steps enough that it is still training when stopped, however slow the next command is to start (the
-    # preset's few steps had ended first in a CI run under load).
-    launched = run("launch", "distilbert-spot", "max_steps=100000")
+    launched = run("launch", "distilbert-spot")
     assert launched.returncode == 0, launched.stderr
     assert launched.stdout.count("\n") == 1 and launched.stdout.startswith("distilbert-spot-")
+    # The job is not left running past the test. A local job is capped at 60 steps, which under load can end
+    # before `stop` has started (a CI run): then the stop is refused, saying so.
     stopped = run("stop", launched.stdout.strip())
-    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.returncode == 0 or "has already ended (Completed)" in stopped.stderr, stopped.stderr
 
 
 def test_a_job_launched_from_the_shell_is_followed_by_status_alone(tmp_path: Path, local_assets: LocalAssets) -> None:
