@@ -6,6 +6,7 @@ The real runtime build and real training are tests/support/runtimes.py and tests
 from __future__ import annotations
 
 import subprocess
+import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,49 @@ def test_a_failed_build_leaves_nothing_and_says_pips_reason(tmp_path: Path) -> N
     assert caught.value.message == ("Could not build the transformers 4.28.1 runtime, as the training image: "
                                     "No matching distribution found for datasets==2.15.0")
     assert not runtimes.path(IMAGE).exists() and not runtimes.is_built(IMAGE)
+
+
+class InstallingPip(FakePip):
+    """FakePip whose install of the image's packages writes ``files`` (relative to the venv) into the venv."""
+
+    def __init__(self, files: dict[str, str]) -> None:
+        super().__init__()
+        self.files = files
+
+    def __call__(self, argv: list[str], **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        if argv[1:4] == ["-m", "pip", "install"] and any(a.startswith("transformers==") for a in argv):
+            venv = Path(argv[0]).parent.parent
+            for relative, text in self.files.items():
+                (venv / relative).parent.mkdir(parents=True, exist_ok=True)
+                (venv / relative).write_text(text)
+        return super().__call__(argv, **kwargs)
+
+
+def test_a_second_runtime_shares_the_files_it_has_in_common_with_the_first(tmp_path: Path) -> None:
+    newest = image_packages("5.3.0", "2.9.0", "py312")
+    assert IMAGE is not None and newest is not None
+    site = "lib/python3.11/site-packages"
+    first = ImageRuntimes(tmp_path, base_python="/usr/bin/python3",
+                          run=InstallingPip({f"{site}/torch/big.so": "torch" * 1000, f"{site}/a/x.py": "one"}))
+    first.ensure(IMAGE)
+    second = ImageRuntimes(tmp_path, base_python="/usr/bin/python3",
+                           run=InstallingPip({f"{site}/torch/big.so": "torch" * 1000, f"{site}/a/x.py": "two"}))
+    second.ensure(newest)
+    old, new = first.path(IMAGE), second.path(newest)
+    assert (new / site / "torch" / "big.so").samefile(old / site / "torch" / "big.so")
+    assert (new / site / "a" / "x.py").read_text() == "two" and (old / site / "a" / "x.py").read_text() == "one"
+    assert second.is_built(newest)
+
+
+def test_a_runtime_shares_what_it_has_in_common_with_the_bots_own_environment(tmp_path: Path) -> None:
+    assert IMAGE is not None
+    own = Path(pytest.__file__)  # a file of the environment the tests (the bot) run in
+    relative = own.relative_to(Path(sys.prefix))
+    runtimes = ImageRuntimes(tmp_path, base_python=sys.executable,
+                             run=InstallingPip({str(relative): own.read_text()}))
+    runtimes.ensure(IMAGE)
+    assert (runtimes.path(IMAGE) / relative).samefile(own)
+    assert own.read_text() == Path(pytest.__file__).read_text()
 
 
 def test_every_image_the_sdk_knows_has_a_row(tmp_path: Path) -> None:

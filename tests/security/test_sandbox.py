@@ -83,6 +83,13 @@ for path in [*{writes!r}, os.path.join(own, "state.json"), os.path.join(own, "lo
         say("wrote", path)
     except OSError as exc:
         say("refused", f"{{path}} {{type(exc).__name__}}")
+for path in {appends!r}:  # files it runs on: the image runtime's, and the bot's venv it shares them with
+    try:
+        with open(path, "a") as out:
+            out.write("\\n# pwned\\n")
+        say("appended", path)
+    except OSError as exc:
+        say("refused", f"{{path}} {{type(exc).__name__}}")
 try:
     socket.create_connection(("127.0.0.1", {port}), timeout=3).close()
     say("connected", {port})
@@ -102,6 +109,7 @@ class Probe:
     outside: dict[str, Path]
     listener_hits: list[int]
     logs_posted: str
+    shared: dict[Path, bytes]  # the runtime's file and the bot's it may share, with their bytes before the job
 
 
 class Listener:
@@ -125,13 +133,15 @@ class Listener:
             conn.close()
 
 
-def probe_repo(root: Path, *, reads: list[str], writes: list[str], port: int) -> tuple[GitRepo, str]:
+def probe_repo(root: Path, *, reads: list[str], writes: list[str], appends: list[str],
+               port: int) -> tuple[GitRepo, str]:
     repo = make_repo(root, "team")
     name, data = wheel(DEPENDENCY, "VALUE = 1\n")
     (repo.work / "probe").mkdir(parents=True)
     (repo.work / "probe" / name).write_bytes(data)
     commit = repo.commit({
-        "probe/evil.py": PROBE.format(reads=reads, writes=writes, port=port, dependency=DEPENDENCY),
+        "probe/evil.py": PROBE.format(reads=reads, writes=writes, appends=appends, port=port,
+                                      dependency=DEPENDENCY),
         "probe/requirements.txt": f"./{name}\n",
     })
     return repo, commit
@@ -150,10 +160,11 @@ def probe(tmp_path_factory: pytest.TempPathFactory, image_runtime: Runtime) -> I
         "site-packages": site_packages / f"pwned_{MARK}.py",
         "host-tmp": Path("/tmp") / f"pwned-{MARK}",
     }
+    shared = shared_files(image_runtime)
     listener = Listener()
     reads = [str(home / "trainbot.db"), str(home), str(user_home / ".aws" / "credentials"), str(user_home)]
     repo, commit = probe_repo(tmp / "git", reads=reads, writes=[str(path) for path in outside.values()],
-                              port=listener.port)
+                              appends=[str(path) for path in shared], port=listener.port)
     slack = SlackApiServer(token=BOT_SECRETS["SLACK_BOT_TOKEN"]).start()
     with pytest.MonkeyPatch.context() as patch:
         for name, value in {**BOT_SECRETS, "HOME": str(user_home), "TRAINBOT_HOME": str(home),
@@ -179,13 +190,22 @@ def probe(tmp_path_factory: pytest.TempPathFactory, image_runtime: Runtime) -> I
             posted = json.dumps([call.params for call in slack.calls[before:]], default=str)
             folder = home / "local-jobs" / job
             yield Probe(served, home, (folder / "logs" / "train.log").read_text(), folder, outside, listener.hits,
-                        posted)
+                        posted, shared)
         finally:
             served.stop()
             slack.stop()
             listener.sock.close()
             for path in outside.values():
                 path.unlink(missing_ok=True)
+
+
+def shared_files(runtime: Runtime) -> dict[Path, bytes]:
+    """torch's version file in the image runtime and in the bot's venv: one file where the runtime was built
+    beside this venv (jobs/backends/local/shared_files.py), two otherwise; the job tries to append to both."""
+    relative = Path("torch") / "version.py"
+    runtime_site = next((runtime.prefix / "lib").glob("python*/site-packages"))
+    paths = [runtime_site / relative, Path(sysconfig.get_path("purelib")) / relative]
+    return {path: path.read_bytes() for path in paths}
 
 
 def ended(backend: TrainingBackend, job: str) -> bool:
@@ -238,6 +258,14 @@ def test_nothing_outside_the_jobs_folders_was_written(probe: Probe) -> None:
         assert not path.exists(), f"the job wrote {where}: {path}"
     state = json.loads((probe.job_folder / "state.json").read_text())  # the bot's own record is intact
     assert state["isolation"] == "bwrap"
+
+
+def test_the_runtime_it_runs_on_and_the_bots_venv_it_shares_files_with_are_not_written(probe: Probe) -> None:
+    refused = probe_lines(probe, "refused")
+    for path, before in probe.shared.items():
+        assert any(line.startswith(str(path)) for line in refused), probe.log[-2000:]
+        assert path.read_bytes() == before, f"the job changed {path}"
+    assert not probe_lines(probe, "appended")
 
 
 def test_the_hosts_loopback_services_are_out_of_reach_offline(probe: Probe) -> None:

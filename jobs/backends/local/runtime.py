@@ -1,7 +1,8 @@
 """The Python a local job with own code runs on: a virtual environment per training image, with that image's
 transformers, datasets, evaluate, accelerate and scikit-learn (``jobs.planning.images``) and this machine's CPU
 torch, plus the image's training toolkit (``train``). Built once per image under ``TRAINBOT_HOME/runtimes`` and
-reused by every job after; a team's script then runs there unchanged, as it would in the image.
+reused by every job after; a team's script then runs there unchanged, as it would in the image. Files it has in
+common with the bot's environment or another runtime are hard links to theirs (``shared_files``).
 
 A venv holds absolute paths (its scripts' first lines), so it is built where it stays: under a lock, its marker
 written last; a folder without the marker (a build that died) is removed and built again. The bot's own scripts
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from jobs.backends.local.offline_assets import LocalAssets, ensure_local_assets
 from jobs.backends.local.offline_chat import ChatAssets, ensure_chat_assets
+from jobs.backends.local.shared_files import share_identical_files
 from jobs.errors import BackendError, BadInput
 from jobs.file_lock import exclusive_lock
 from jobs.planning.images import ImagePackages, cpu_torch, image_packages, known_listing, toolkit_requirements
@@ -130,6 +132,7 @@ class ImageRuntimes:
             # torch first and pinned: an open range would pull a multi-GB CUDA build.
             progress(step.format(2, f"this machine's CPU {cpu_torch()}"))
             self._call([*pip, cpu_torch()], timeout=PIP_TIMEOUT_S, what=what)
+            shared = share_identical_files(folder / "lib", self._peers(folder))  # torch is most of it: at once
             progress(step.format(3, "the image's packages " + ", ".join(f"{n}=={v}" for n, v in image.packages)))
             self._call([*pip, *constraints, *image.requirements(), *toolkit_requirements()], timeout=PIP_TIMEOUT_S,
                        what=what)
@@ -139,8 +142,17 @@ class ImageRuntimes:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         (folder / FREEZE_FILE).write_text(frozen)
+        shared += share_identical_files(folder / "lib", self._peers(folder))
         (folder / READY_FILE).write_text(json.dumps(_wanted(image)))
-        logger.info("built the %s in %.0f s", image.label(), time.monotonic() - started)
+        logger.info("built the %s in %.0f s (%.0f MB of it shared with environments already here)", image.label(),
+                    time.monotonic() - started, shared / 1e6)
+
+    def _peers(self, folder: Path) -> list[Path]:
+        """Where a new runtime's files may already be: the bot's own environment (when it is the base of the
+        runtimes), then every runtime built before."""
+        own = [Path(sys.prefix) / "lib"] if self._base_python == sys.executable else []
+        built = sorted(p / "lib" for p in self._root.iterdir() if p != folder and (p / READY_FILE).is_file())
+        return own + built
 
     @staticmethod
     def _constraints(folder: Path, image: ImagePackages) -> list[str]:
