@@ -6,6 +6,10 @@ into clean virtual environments by tools/install.sh, the script the Dockerfile r
 - ``installed_local``: ``.venv-installed-local`` from locks/local.txt with that wheel, for the console on the
   local backend (torch and transformers); installed in the background while the bot's tests run.
 
+Once installed, each shares the files it has byte for byte in common with the suite's own venv (hard links, as
+the local backend's runtimes do: jobs/backends/local/shared_files.py), so a CI disk holds torch once; what runs
+is still exactly what the lock installed.
+
 Each is made by the script when it is missing and brought up to date when it is there (the lock's packages
 are then already in place, and the wheel of this tree is built and installed again), so what runs is this
 tree's wheel. The tests that use them live in one module (one xdist worker); a file lock still keeps two
@@ -15,12 +19,14 @@ sessions from building at once.
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from jobs.backends.local.shared_files import share_identical_files
 from jobs.file_lock import exclusive_lock
 from tests.support.environment import outside_env
 
@@ -83,7 +89,12 @@ class Installs:
     def local(self) -> Installed:
         output, _ = self.local_process.communicate(timeout=INSTALL_TIMEOUT_S)
         _check((self.local_process.returncode, output or ""), self.local_command)
-        return Installed(Path(self.local_command[1]), self.bot.wheel)
+        return _shared(Installed(Path(self.local_command[1]), self.bot.wheel))
+
+
+def _shared(installed: Installed) -> Installed:
+    share_identical_files(installed.venv / "lib", [Path(sys.prefix) / "lib"])
+    return installed
 
 
 @pytest.fixture(scope="session")
@@ -95,7 +106,7 @@ def installs() -> Iterator[Installs]:
         wheel = the_wheel()
     local = _install_command(ROOT / ".venv-installed-local", "local", str(wheel))
     process = subprocess.Popen(local, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    made = Installs(Installed(Path(command[1]), wheel), local, process)
+    made = Installs(_shared(Installed(Path(command[1]), wheel)), local, process)
     yield made
     if process.poll() is None:  # only the bot's tests ran: the local venv is not waited for
         process.terminate()
