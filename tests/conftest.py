@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,6 +59,22 @@ def _aws_calls_within_iam_policy(request: pytest.FixtureRequest) -> Iterator[Non
         return
     problems = denied(RECORDER.calls(start), bucket=BUCKET, code_bucket=CODE_PREFIX)
     assert not problems, "the bot made AWS calls iam-policy.json does not allow:\n" + "\n".join(problems)
+
+
+def _free_disk() -> str:
+    """Free room where the suite writes: the checkout (venvs, image runtimes) and the temporary folder (jobs)."""
+    places = {"the checkout": Path(__file__).resolve().parents[1], "the temporary folder": Path(tempfile.gettempdir())}
+    return ", ".join(f"{shutil.disk_usage(path).free / 2**30:.1f} GiB free in {name} ({path})"
+                     for name, path in places.items())
+
+
+def pytest_report_header() -> str:
+    # The suite needs a few GB (the venvs, two image runtimes, the jobs): a run on a full disk says so first.
+    return f"disk: {_free_disk()}"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(f"disk at the end: {_free_disk()}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
