@@ -75,21 +75,18 @@ for path in {reads!r}:
             say("read", f"{{path}} {{open(path, 'rb').read(200)!r}}")
     except OSError as exc:
         say("hidden", f"{{path}} {{type(exc).__name__}}")
+def attempt(path, mode, text, done):
+    try:
+        with open(path, mode) as out:
+            out.write(text)
+        say(done, path)
+    except OSError as exc:
+        say("refused", f"{{path}} {{type(exc).__name__}}")
 own = os.environ.get("SAGEMAKER_BASE_DIR", ".")  # the job's own folder: the bot's files in it are not its own
 for path in [*{writes!r}, os.path.join(own, "state.json"), os.path.join(own, "logs", "train.log")]:
-    try:
-        with open(path, "w") as out:
-            out.write("pwned")
-        say("wrote", path)
-    except OSError as exc:
-        say("refused", f"{{path}} {{type(exc).__name__}}")
+    attempt(path, "w", "pwned", "wrote")
 for path in {appends!r}:  # files it runs on: the image runtime's, and the bot's venv it shares them with
-    try:
-        with open(path, "a") as out:
-            out.write("\\n# pwned\\n")
-        say("appended", path)
-    except OSError as exc:
-        say("refused", f"{{path}} {{type(exc).__name__}}")
+    attempt(path, "a", "\\n# pwned\\n", "appended")
 try:
     socket.create_connection(("127.0.0.1", {port}), timeout=3).close()
     say("connected", {port})
