@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,18 +79,45 @@ def the_wheel() -> Path:
     return wheels[0]
 
 
+class BackgroundInstall:
+    """tools/install.sh running beside the bot's tests; its venv shares files with the suite's as soon as it is
+    done, not when a test first asks for it (it would hold a second torch on the disk till then)."""
+
+    def __init__(self, command: list[str], wheel: Path) -> None:
+        self.command, self.wheel = command, wheel
+        self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True)
+        self.output = ""
+        self._done = threading.Thread(target=self._finish, daemon=True)
+        self._done.start()
+
+    def _finish(self) -> None:
+        self.output, _ = self.process.communicate()
+        if self.process.returncode == 0:
+            _shared(Installed(Path(self.command[1]), self.wheel))
+
+    def installed(self) -> Installed:
+        self._done.join(timeout=INSTALL_TIMEOUT_S)
+        assert not self._done.is_alive(), f"{' '.join(self.command[1:])} took over {INSTALL_TIMEOUT_S} s"
+        _check((self.process.returncode, self.output or ""), self.command)
+        return Installed(Path(self.command[1]), self.wheel)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:  # only the bot's tests ran: the local venv is not waited for
+            self.process.terminate()
+            self.process.wait(timeout=60)
+        self._done.join(timeout=60)
+
+
 @dataclass
 class Installs:
     """The bot's venv, ready; the local one, being installed beside the bot's tests (torch takes minutes)."""
 
     bot: Installed
-    local_command: list[str]
-    local_process: subprocess.Popen[str]
+    local_install: BackgroundInstall
 
     def local(self) -> Installed:
-        output, _ = self.local_process.communicate(timeout=INSTALL_TIMEOUT_S)
-        _check((self.local_process.returncode, output or ""), self.local_command)
-        return _shared(Installed(Path(self.local_command[1]), self.bot.wheel))
+        return self.local_install.installed()
 
 
 def _shared(installed: Installed) -> Installed:
@@ -104,13 +132,9 @@ def installs() -> Iterator[Installs]:
         _check(subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
                               check=False), command)
         wheel = the_wheel()
-    local = _install_command(ROOT / ".venv-installed-local", "local", str(wheel))
-    process = subprocess.Popen(local, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    made = Installs(_shared(Installed(Path(command[1]), wheel)), local, process)
-    yield made
-    if process.poll() is None:  # only the bot's tests ran: the local venv is not waited for
-        process.terminate()
-        process.wait(timeout=60)
+    local = BackgroundInstall(_install_command(ROOT / ".venv-installed-local", "local", str(wheel)), wheel)
+    yield Installs(_shared(Installed(Path(command[1]), wheel)), local)
+    local.stop()
 
 
 @pytest.fixture(scope="session")
