@@ -80,32 +80,47 @@ def the_wheel() -> Path:
 
 
 class BackgroundInstall:
-    """tools/install.sh running beside the bot's tests; its venv shares files with the suite's as soon as it is
-    done, not when a test first asks for it (it would hold a second torch on the disk till then)."""
+    """tools/install.sh running beside the bot's tests. The venv shares its files with the suite's after each of
+    two steps: torch alone first (as the script itself starts, by the same pip call), then the script. So the
+    disk never holds a second torch beside the runtimes being built, nor the rest until a test asks for it."""
 
     def __init__(self, command: list[str], wheel: Path) -> None:
         self.command, self.wheel = command, wheel
-        self.process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                        text=True)
-        self.output = ""
-        self._done = threading.Thread(target=self._finish, daemon=True)
+        venv = Path(command[1])
+        torch_first = ["bash", "-c", 'set -e; [ -x "$1/bin/python" ] || "${PYTHON:-python3}" -m venv "$1"; '
+                       '"$1/bin/python" -m pip install --quiet --disable-pip-version-check --no-input --no-deps '
+                       "-r locks/torch.txt", "torch-first", str(venv)]
+        self._steps = [torch_first, command]
+        self.process: subprocess.Popen[str] | None = None
+        self.output, self.returncode = "", 0
+        self._stopping = threading.Event()
+        self._done = threading.Thread(target=self._run, daemon=True)
         self._done.start()
 
-    def _finish(self) -> None:
-        self.output, _ = self.process.communicate()
-        if self.process.returncode == 0:
+    def _run(self) -> None:
+        for step in self._steps:
+            if self._stopping.is_set():
+                self.returncode = -1
+                return
+            self.process = subprocess.Popen(step, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                            text=True)
+            output, _ = self.process.communicate()
+            self.output += output or ""
+            self.returncode = self.process.returncode
+            if self.returncode != 0:
+                return
             _shared(Installed(Path(self.command[1]), self.wheel))
 
     def installed(self) -> Installed:
         self._done.join(timeout=INSTALL_TIMEOUT_S)
         assert not self._done.is_alive(), f"{' '.join(self.command[1:])} took over {INSTALL_TIMEOUT_S} s"
-        _check((self.process.returncode, self.output or ""), self.command)
+        _check((self.returncode, self.output), self.command)
         return Installed(Path(self.command[1]), self.wheel)
 
     def stop(self) -> None:
-        if self.process.poll() is None:  # only the bot's tests ran: the local venv is not waited for
+        self._stopping.set()  # only the bot's tests ran: the local venv is not waited for
+        if self.process is not None and self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(timeout=60)
         self._done.join(timeout=60)
 
 
