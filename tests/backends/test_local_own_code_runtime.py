@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -114,15 +115,18 @@ def test_a_second_runtime_shares_the_files_it_has_in_common_with_the_first(tmp_p
     assert second.is_built(newest)
 
 
-def test_a_runtime_shares_what_it_has_in_common_with_the_bots_own_environment(tmp_path: Path) -> None:
+def test_a_runtime_shares_what_it_has_in_common_with_the_bots_own_environment() -> None:
     assert IMAGE is not None
     own = Path(pytest.__file__)  # a file of the environment the tests (the bot) run in
     relative = own.relative_to(Path(sys.prefix))
-    runtimes = ImageRuntimes(tmp_path, base_python=sys.executable,
-                             run=InstallingPip({str(relative): own.read_text()}))
-    runtimes.ensure(IMAGE)
-    assert (runtimes.path(IMAGE) / relative).samefile(own)
-    assert own.read_text() == Path(pytest.__file__).read_text()
+    before = own.read_bytes()
+    # A home on the venv's own file system (a hard link cannot cross one; the temp folder may be elsewhere).
+    with tempfile.TemporaryDirectory(dir=sys.prefix, prefix=".trainbot-test-home-") as home:
+        runtimes = ImageRuntimes(Path(home), base_python=sys.executable,
+                                 run=InstallingPip({str(relative): before.decode()}))
+        runtimes.ensure(IMAGE)
+        assert (runtimes.path(IMAGE) / relative).samefile(own)
+    assert own.read_bytes() == before
 
 
 def test_every_image_the_sdk_knows_has_a_row(tmp_path: Path) -> None:
