@@ -159,15 +159,22 @@ def send(rig: HttpRig, signing: str, body_name: str) -> int:
     headers = SIGNINGS[signing](body)
     if content_type:
         headers["Content-Type"] = content_type
-    if body_name == "oversize":
-        return asking_first(rig.bot.port, body.encode() if isinstance(body, str) else body, headers)
+    data = body.encode() if isinstance(body, str) else body
+    if len(data) > ASK_FIRST_BYTES:
+        return asking_first(rig.bot.port, data, headers)
     return rig.bot.send(body, headers)[0]
+
+
+#: Bodies past this are sent only once the bot has asked for them.
+ASK_FIRST_BYTES = 64 << 10
 
 
 def asking_first(port: int, body: bytes, headers: dict[str, str]) -> int:
     """The status a client gets that asks before it sends a large body (``Expect: 100-continue``, as curl does
-    past 1 MB). The bot refuses an oversize body on its headers and closes without reading it; a client that
-    sent it all at once could find the connection reset before it read the answer (a CI run under load)."""
+    past 1 MB). The bot refuses on the headers alone what they show is wrong (an oversize body, a stale or
+    missing signature) and closes without reading the body (bot/request_guard.py). A client that sent a large
+    body all at once could find the connection reset before it read the answer: two CI runs under load did,
+    once with the oversize cell and once with the 900 KB one under a stale signature."""
     head = {**headers, "Host": "127.0.0.1", "Content-Length": str(len(body)), "Expect": "100-continue"}
     request = "POST /slack/events HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in head.items()) + "\r\n"
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock, sock.makefile("rb") as answers:
